@@ -1,1 +1,58 @@
-fn main() {}
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target) and `status`.
+
+mod banner;
+mod serve;
+mod status;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Multipath network storage: an iSCSI target that exports volumes on every NIC at once.
+#[derive(Debug, Parser)]
+#[command(name = "lanes", version, about)]
+struct Cli {
+    /// Log output format (the level comes from RUST_LOG, default info).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the iSCSI target: every LUN on every portal, ready for dm-multipath.
+    Serve(serve::ServeArgs),
+    /// Show the sessions and connections of a running `lanes serve`.
+    Status(status::StatusArgs),
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Status(args) => status::run(args).await,
+        }
+    })
+}

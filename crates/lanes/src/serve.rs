@@ -1,0 +1,172 @@
+//! `lanes serve`: flags -> validated [`ServeConfig`] -> backing files -> the target driver, and
+//! the banner once every portal is listening.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use lanes_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
+
+use crate::banner::{Banner, BannerLun, BannerTarget};
+
+/// Without --config: one target iqn.2026-11.io.lanes:<hostname>, LUN 0 = <data-dir>/disk0.img
+/// (1 GiB, sparse, created if missing), portal group 1 on 0.0.0.0:3260.
+///
+/// With --config: --portal replaces the portals of portal group 1, --lun appends LUNs to the
+/// first target, --target-name renames the first target, and --metrics, --data-dir and
+/// --allow-multiple-sessions override the file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen on ADDR:PORT (IPv6 as [ADDR]:PORT); repeatable, all in portal group 1.
+    #[arg(long = "portal", value_name = "ADDR:PORT", value_parser = parse_portal_arg)]
+    portals: Vec<SocketAddr>,
+    /// Export PATH[,size=SIZE][,block-size=512|4096] as the next LUN; repeatable.
+    #[arg(long = "lun", value_name = "SPEC")]
+    luns: Vec<LunSpec>,
+    /// iSCSI name of the target (iqn./eui./naa.).
+    #[arg(long, value_name = "IQN")]
+    target_name: Option<String>,
+    /// Serve Prometheus metrics on ADDR:PORT (off by default).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_metrics_arg)]
+    metrics: Option<SocketAddr>,
+    /// Directory for default backing files and the status socket [default: ./lanes-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Whether one initiator may open several sessions (one per path) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    allow_multiple_sessions: Option<bool>,
+}
+
+fn parse_portal_arg(text: &str) -> Result<SocketAddr, String> {
+    lanes_target::config::parse_portal(text, lanes_target::config::DEFAULT_ISCSI_PORT)
+}
+
+fn parse_metrics_arg(text: &str) -> Result<SocketAddr, String> {
+    lanes_target::config::parse_portal(text, 9260)
+}
+
+impl ServeArgs {
+    fn overrides(self) -> CliOverrides {
+        CliOverrides {
+            config: self.config,
+            portals: self.portals,
+            luns: self.luns,
+            target_name: self.target_name,
+            metrics: self.metrics,
+            data_dir: self.data_dir,
+            allow_multiple_sessions: self.allow_multiple_sessions,
+        }
+    }
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = ServeConfig::from_cli(&args.overrides())?;
+    config
+        .prepare_storage()
+        .context("preparing backing files")?;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let banner_config = config.clone();
+    let driver = tokio::spawn(run_driver(config, ready_tx));
+    let print_banner = async move {
+        if let Ok(info) = ready_rx.await {
+            print!("{}", banner_from(&banner_config, info).render());
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        result = driver => result.context("target driver panicked")?,
+        () = print_banner => unreachable!("the banner task never finishes"),
+        signal = tokio::signal::ctrl_c() => {
+            signal.context("waiting for Ctrl-C")?;
+            tracing::info!("interrupted, shutting down");
+            Ok(())
+        }
+    }
+}
+
+/// What the driver reports once it listens: bound portals (wildcards expanded) and LUN WWIDs.
+#[derive(Debug, Clone, Default)]
+pub struct ReadyInfo {
+    pub portals: Vec<(u16, SocketAddr)>,
+    pub targets: Vec<(String, Vec<(u64, String)>)>,
+}
+
+// NOTE: the driver (`lanes_target::serve`) is being written in parallel. Once lib.rs exports
+// `serve` and `ServeInfo`, delete the placeholder branch and the `cfg(any())` below.
+#[cfg(any())]
+async fn run_driver(
+    config: ServeConfig,
+    ready: tokio::sync::oneshot::Sender<ReadyInfo>,
+) -> anyhow::Result<()> {
+    let (info_tx, info_rx) = tokio::sync::oneshot::channel::<lanes_target::ServeInfo>();
+    tokio::spawn(async move {
+        if let Ok(info) = info_rx.await {
+            let _ = ready.send(ReadyInfo {
+                portals: info.portals,
+                targets: info.targets,
+            });
+        }
+    });
+    lanes_target::serve(config, info_tx).await?;
+    Ok(())
+}
+
+#[cfg(not(any()))]
+async fn run_driver(
+    config: ServeConfig,
+    ready: tokio::sync::oneshot::Sender<ReadyInfo>,
+) -> anyhow::Result<()> {
+    drop((config, ready));
+    anyhow::bail!("this build of lanes has no iSCSI target driver yet (lanes_target::serve)")
+}
+
+fn banner_from(config: &ServeConfig, info: ReadyInfo) -> Banner {
+    let targets = config
+        .targets
+        .iter()
+        .map(|target| {
+            let reported = info.targets.iter().find(|(name, _)| *name == target.name);
+            let luns = target
+                .luns
+                .iter()
+                .map(|lun| {
+                    let wwid = reported
+                        .and_then(|(_, luns)| luns.iter().find(|(n, _)| *n == lun.lun))
+                        .map(|(_, wwid)| wwid.clone())
+                        .unwrap_or_else(|| wwid_string(&naa_id(&target.name, lun)));
+                    let size = lun
+                        .size
+                        .or_else(|| std::fs::metadata(&lun.path).ok().map(|m| m.len()))
+                        .unwrap_or(0);
+                    BannerLun {
+                        lun: lun.lun,
+                        size,
+                        block_size: lun.block_size,
+                        wwid,
+                        path: lun.path.display().to_string(),
+                    }
+                })
+                .collect();
+            let portals = info
+                .portals
+                .iter()
+                .filter(|(tag, _)| target.portal_groups.contains(tag))
+                .copied()
+                .collect();
+            BannerTarget {
+                name: target.name.clone(),
+                portals,
+                luns,
+            }
+        })
+        .collect();
+    Banner {
+        targets,
+        status_socket: config.status_socket_path().display().to_string(),
+        metrics: config.metrics_addr,
+    }
+}

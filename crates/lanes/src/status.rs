@@ -1,0 +1,178 @@
+//! `lanes status`: asks a running `lanes serve` for its sessions over the status socket and
+//! prints them as tables, like a NAS's `cifs session show` / `cifs connection show`.
+//!
+//! Protocol: one JSON line `{"cmd":"status"}` out, one JSON document back, expected shaped as
+//! `{"sessions":[{"id", "initiator", "isid", "tsih", "target", "connections":[{"cid",
+//! "portal", "peer", "header_digest", "data_digest", "commands", "bytes_in", "bytes_out"}]}]}`.
+//! Missing fields print as `-`, so the two sides can evolve independently.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Status socket of the running server [default: $LANES_SOCKET or ./lanes-data/lanes.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Print the raw JSON reply.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let socket = args
+        .socket
+        .or_else(|| std::env::var_os("LANES_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("lanes-data/lanes.sock"));
+    let stream = tokio::net::UnixStream::connect(&socket)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {} (is lanes serve running?)",
+                socket.display()
+            )
+        })?;
+    let (read, mut write) = stream.into_split();
+    write.write_all(b"{\"cmd\":\"status\"}\n").await?;
+    write.shutdown().await?;
+    let mut reply = String::new();
+    BufReader::new(read).read_line(&mut reply).await?;
+    let value: Value = serde_json::from_str(&reply).context("the status reply is not JSON")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", render(&value));
+    }
+    Ok(())
+}
+
+fn field(value: &Value, key: &str) -> String {
+    match value.get(key) {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Left-aligned columns sized to their widest cell.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        padded.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.iter().map(|h| h.to_string()).collect());
+    out += &line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    for row in rows {
+        out += &line(row.clone());
+    }
+    out
+}
+
+/// The two tables: sessions, then connections.
+pub fn render(value: &Value) -> String {
+    let empty = Vec::new();
+    let sessions = value
+        .get("sessions")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let mut session_rows = Vec::new();
+    let mut connection_rows = Vec::new();
+    for session in sessions {
+        let connections = session
+            .get("connections")
+            .and_then(Value::as_array)
+            .unwrap_or(&empty);
+        session_rows.push(vec![
+            field(session, "id"),
+            field(session, "initiator"),
+            field(session, "isid"),
+            field(session, "tsih"),
+            field(session, "target"),
+            connections.len().to_string(),
+        ]);
+        for connection in connections {
+            connection_rows.push(vec![
+                field(session, "id"),
+                field(connection, "cid"),
+                field(connection, "portal"),
+                field(connection, "peer"),
+                field(connection, "header_digest"),
+                field(connection, "data_digest"),
+                field(connection, "commands"),
+                field(connection, "bytes_in"),
+                field(connection, "bytes_out"),
+            ]);
+        }
+    }
+    let mut out = format!("Sessions ({})\n", session_rows.len());
+    out += &table(
+        &["ID", "INITIATOR", "ISID", "TSIH", "TARGET", "CONNS"],
+        &session_rows,
+    );
+    out += &format!("\nConnections ({})\n", connection_rows.len());
+    out += &table(
+        &[
+            "SESSION",
+            "CID",
+            "PORTAL",
+            "PEER",
+            "HDIGEST",
+            "DDIGEST",
+            "COMMANDS",
+            "BYTES IN",
+            "BYTES OUT",
+        ],
+        &connection_rows,
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_sessions_and_connections() {
+        let reply = serde_json::json!({"sessions": [{
+            "id": 1, "initiator": "iqn.2005-03.org.open-iscsi:host1", "isid": "0x23d000000001",
+            "tsih": 1, "target": "iqn.2026-11.io.lanes:nas",
+            "connections": [
+                {"cid": 0, "portal": "192.0.2.10:3260", "peer": "192.0.2.50:51000",
+                 "header_digest": "None", "data_digest": "CRC32C", "commands": 42,
+                 "bytes_in": 4096, "bytes_out": 8192},
+                {"cid": 1, "portal": "198.51.100.10:3260", "peer": "198.51.100.50:51001"}
+            ]
+        }]});
+        let text = render(&reply);
+        assert!(text.starts_with("Sessions (1)\nID  INITIATOR"), "{text}");
+        assert!(text.contains("0x23d000000001"));
+        assert!(text.contains("Connections (2)"));
+        assert!(text.contains("192.0.2.10:3260"));
+        assert!(text.contains("CRC32C"));
+        let second = text.lines().last().unwrap();
+        assert!(
+            second.contains("198.51.100.10:3260") && second.contains(" - "),
+            "{second}"
+        );
+    }
+
+    #[test]
+    fn renders_nothing_running() {
+        let text = render(&serde_json::json!({"sessions": []}));
+        assert!(text.contains("Sessions (0)") && text.contains("Connections (0)"));
+    }
+}
