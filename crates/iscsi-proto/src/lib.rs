@@ -4,7 +4,10 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod chap;
+pub mod negotiation;
 pub mod pdu;
 pub mod serial;
+pub mod text;
 
 pub use pdu::{Framer, Pdu, PduError};

@@ -361,9 +361,9 @@ pub(crate) fn encode(pdu: &Pdu, h: &mut Header, ahs: &mut BytesMut) {
                 ahs.put_u16(5);
                 ahs.put_u8(2);
                 ahs.put_u8(0);
+                // 11.2.2.4: AHSLength 5 = reserved byte + 4-byte length; 8 bytes in all, already
+                // a multiple of 4, so no padding follows.
                 ahs.put_u32(bidi);
-                ahs.put_slice(&[0, 0, 0]);
-                ahs.put_u8(0);
             }
         }
         Pdu::TaskMgmtRequest(p) => {
