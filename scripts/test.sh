@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit/integration tests, interop with real iSCSI
+# peers, and a short fuzz smoke. Installs what it needs on Debian 12.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- Debian packages (only when one of their binaries is missing) ------------------------------
+need_packages=0
+for binary in iscsi-inq tgtd qemu-img fio ip iperf3; do
+    command -v "$binary" >/dev/null 2>&1 || need_packages=1
+done
+if [ "$need_packages" = 1 ]; then
+    step "installing Debian packages"
+    sudo_cmd=""
+    if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+    $sudo_cmd apt-get update
+    # qemu-utils and qemu-block-extra in one call so their versions match.
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends \
+        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3
+fi
+
+# --- cargo-nextest -------------------------------------------------------------------------------
+if ! cargo nextest --version >/dev/null 2>&1; then
+    step "installing cargo-nextest"
+    cargo install --locked cargo-nextest || echo "cargo-nextest could not be installed; using cargo test"
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace --release
+    # nextest does not run doctests.
+    cargo test --workspace --release --doc
+else
+    cargo test --workspace --release
+fi
+
+# --- interop with real peers ---------------------------------------------------------------------
+if [ -x scripts/interop.sh ]; then
+    step "interop (scripts/interop.sh)"
+    scripts/interop.sh
+    interop="ran"
+else
+    echo "interop: scripts/interop.sh not present, skipped"
+    interop="skipped"
+fi
+
+# --- fuzz smoke (optional infrastructure) --------------------------------------------------------
+fuzz="skipped"
+if [ -f fuzz/Cargo.toml ] && cargo fuzz --version >/dev/null 2>&1 \
+    && rustup toolchain list 2>/dev/null | grep -q nightly; then
+    step "fuzz smoke (10 s per target)"
+    for target in $(cargo +nightly fuzz list); do
+        cargo +nightly fuzz run "$target" -- -max_total_time=10
+    done
+    fuzz="ran"
+else
+    echo "fuzz smoke: cargo fuzz (with a nightly toolchain) or fuzz/Cargo.toml not available, skipped"
+fi
+
+echo
+echo "test.sh: fmt, clippy and tests passed; interop ${interop}; fuzz smoke ${fuzz}"
