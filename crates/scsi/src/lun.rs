@@ -1,0 +1,421 @@
+//! A logical unit: configuration, per-command gatekeeping (ALUA, unit attentions,
+//! reservations) and the dispatch of decoded commands to their handlers.
+
+use crate::alua::TargetPortGroups;
+use crate::cdb::{decode_cdb, op, Command};
+use crate::pr::PrState;
+use crate::rangelock::CawLocks;
+use crate::sense::{status, Sense};
+use crate::ua::UnitAttentions;
+use crate::{put_truncated, Error, Nexus, ScsiOutcome, ScsiRequest};
+use blockstore::BlockDevice;
+use bytes::BytesMut;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Everything needed to create a logical unit.
+#[derive(Clone)]
+pub struct LunConfig {
+    /// Backing store.
+    pub device: Arc<dyn BlockDevice>,
+    /// Logical block size: 512 or 4096.
+    pub block_size: u32,
+    /// NAA-6 registered extended identifier, identical on every port.
+    pub naa_id: [u8; 16],
+    /// Unit serial number (VPD 0x80).
+    pub serial: String,
+    /// T10 vendor identification (8 characters used).
+    pub vendor: String,
+    /// Product identification (16 characters used).
+    pub product: String,
+    /// Product revision level (4 characters used).
+    pub revision: String,
+    /// Reject writes with DATA PROTECT.
+    pub read_only: bool,
+    /// Initial WCE (write cache enabled); when clear every write is flushed before GOOD.
+    pub write_cache: bool,
+    /// Where reservations with APTPL persist; `None` disables APTPL.
+    pub pr_file: Option<PathBuf>,
+    /// Thin provisioning (UNMAP, WRITE SAME with UNMAP, GET LBA STATUS).
+    pub thin: bool,
+}
+
+/// Largest READ/WRITE in blocks is this many bytes / block size.
+pub(crate) const MAX_TRANSFER_BYTES: u64 = 8 << 20;
+/// Largest COMPARE AND WRITE in blocks.
+pub(crate) const MAX_CAW_BLOCKS: u32 = 255;
+/// Largest WRITE SAME in blocks.
+pub(crate) const MAX_WRITE_SAME_BLOCKS: u64 = 1 << 20;
+/// Largest UNMAP in blocks and descriptors.
+pub(crate) const MAX_UNMAP_BLOCKS: u32 = 1 << 22;
+pub(crate) const MAX_UNMAP_DESCRIPTORS: u32 = 256;
+
+/// One emulated SBC direct-access block device.
+pub struct LogicalUnit {
+    pub(crate) cfg: LunConfig,
+    pub(crate) blocks: u64,
+    pub(crate) tpgs: Arc<TargetPortGroups>,
+    pub(crate) wce: AtomicBool,
+    pub(crate) ua: UnitAttentions,
+    alua_seen: AtomicU64,
+    pub(crate) pr: RwLock<PrState>,
+    pub(crate) caw: CawLocks,
+    prevent: Mutex<HashSet<u64>>,
+    pub(crate) copy: crate::xcopy::CopyManager,
+    /// Other LUs of the target, for EXTENDED COPY (set by [`crate::LunMap`]).
+    pub(crate) peers: RwLock<Vec<std::sync::Weak<LogicalUnit>>>,
+}
+
+impl LogicalUnit {
+    /// Creates a logical unit; loads persisted reservations from `cfg.pr_file` if it exists.
+    pub fn new(cfg: LunConfig, tpgs: Arc<TargetPortGroups>) -> Result<Self, Error> {
+        if cfg.block_size != 512 && cfg.block_size != 4096 {
+            return Err(Error::Config(format!(
+                "block size {} (512 or 4096)",
+                cfg.block_size
+            )));
+        }
+        let blocks = cfg.device.size_bytes() / u64::from(cfg.block_size);
+        if blocks == 0 {
+            return Err(Error::Config("device smaller than one block".into()));
+        }
+        let pr = match &cfg.pr_file {
+            Some(p) => PrState::load(p)?,
+            None => PrState::default(),
+        };
+        Ok(Self {
+            wce: AtomicBool::new(cfg.write_cache),
+            cfg,
+            blocks,
+            alua_seen: AtomicU64::new(tpgs.generation()),
+            tpgs,
+            ua: UnitAttentions::default(),
+            pr: RwLock::new(pr),
+            caw: CawLocks::default(),
+            prevent: Mutex::new(HashSet::new()),
+            copy: Default::default(),
+            peers: RwLock::new(Vec::new()),
+        })
+    }
+
+    /// Number of logical blocks.
+    pub fn block_count(&self) -> u64 {
+        self.blocks
+    }
+
+    /// The configuration it was created with.
+    pub fn config(&self) -> &LunConfig {
+        &self.cfg
+    }
+
+    /// A new I_T nexus can reach this LU: it gets POWER ON, RESET, OR BUS DEVICE RESET OCCURRED.
+    pub fn nexus_added(&self, n: &Nexus) {
+        self.ua.add(n, Some((0x29, 0x00)));
+    }
+
+    /// I_T nexus loss: its SPC-2 reservation and PREVENT state go; PR registrations persist.
+    pub fn nexus_removed(&self, n: &Nexus) {
+        self.ua.remove(n.id);
+        self.prevent.lock().remove(&n.id);
+        let mut pr = self.pr.write();
+        if pr.legacy_holder == Some(n.id) {
+            pr.legacy_holder = None;
+        }
+    }
+
+    /// LOGICAL UNIT RESET by `by`: releases SPC-2 reservations and PREVENT state, raises
+    /// BUS DEVICE RESET FUNCTION OCCURRED on every other nexus (SAM-5 6.3.4: the nexus that
+    /// asked is told by the task management response).
+    pub fn lun_reset(&self, by: Option<&Nexus>) {
+        self.prevent.lock().clear();
+        self.pr.write().legacy_holder = None;
+        self.ua.raise_all(0x29, 0x03, by.map(|n| n.id));
+    }
+
+    /// TARGET (WARM/COLD) RESET: 29/02 (warm) or 29/01 (cold) on all nexuses.
+    pub fn target_reset(&self, cold: bool) {
+        self.prevent.lock().clear();
+        self.pr.write().legacy_holder = None;
+        self.ua
+            .raise_all(0x29, if cold { 0x01 } else { 0x02 }, None);
+    }
+
+    /// CLEAR TASK SET / ABORT TASK SET by `by` with TAS=0: other nexuses see COMMANDS CLEARED
+    /// BY ANOTHER INITIATOR only for CLEAR TASK SET.
+    pub fn clear_task_set(&self, by: &Nexus) {
+        self.ua.raise_all(0x2F, 0x00, Some(by.id));
+    }
+
+    fn check_alua_generation(&self) {
+        let g = self.tpgs.generation();
+        if self.alua_seen.load(Ordering::Acquire) != g
+            && self.alua_seen.swap(g, Ordering::AcqRel) != g
+        {
+            self.ua.raise_all(0x2A, 0x06, None);
+        }
+    }
+
+    /// Executes one command; data-in is appended to `data_in`.
+    pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
+        let opcode = req.cdb.first().copied().unwrap_or(0xFF);
+        let action = req.cdb.get(1).copied().unwrap_or(0) & 0x1F;
+        self.check_alua_generation();
+        let state = self.tpgs.state_of(req.nexus.target_port_group);
+        if let Some(s) = TargetPortGroups::access_check(state, opcode, action) {
+            return ScsiOutcome::check(s);
+        }
+        // SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE do not report or clear a UA.
+        if !matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE) {
+            if let Some(s) = self.ua.take(req.nexus.id) {
+                return ScsiOutcome::check(s);
+            }
+        }
+        let cmd = match decode_cdb(req.cdb) {
+            Ok(c) => c,
+            Err(s) => return ScsiOutcome::check(s),
+        };
+        if self.pr.read().conflicts(req.nexus, &cmd) {
+            return ScsiOutcome::conflict();
+        }
+        match self.dispatch(req, cmd, data_in) {
+            Ok(st) => ScsiOutcome {
+                status: st,
+                sense: None,
+            },
+            // PERSISTENT RESERVE OUT signals RESERVATION CONFLICT with a sense-key marker.
+            Err(s) if s.key == 0xFF => {
+                data_in.clear();
+                ScsiOutcome::conflict()
+            }
+            Err(s) => {
+                data_in.clear();
+                ScsiOutcome::check(s)
+            }
+        }
+    }
+
+    fn dispatch(
+        &self,
+        req: &ScsiRequest<'_>,
+        cmd: Command,
+        out: &mut BytesMut,
+    ) -> Result<u8, Sense> {
+        match cmd {
+            Command::TestUnitReady => {}
+            Command::RequestSense { desc, alloc } => {
+                let s = self.ua.take(req.nexus.id).unwrap_or(Sense::new(0, 0, 0));
+                if desc {
+                    put_truncated(out, &s.to_descriptor_bytes(), alloc);
+                } else {
+                    put_truncated(out, &s.to_fixed_bytes(), alloc);
+                }
+            }
+            Command::Inquiry { evpd, page, alloc } => {
+                self.inquiry(req.nexus, evpd, page, alloc, out)?
+            }
+            Command::ReportLuns { .. } => return Err(Sense::invalid_opcode()),
+            Command::ReadCapacity10 => {
+                let last = u32::try_from(self.blocks - 1).unwrap_or(u32::MAX);
+                out.extend_from_slice(&last.to_be_bytes());
+                out.extend_from_slice(&self.cfg.block_size.to_be_bytes());
+            }
+            Command::ReadCapacity16 { alloc } => {
+                let mut b = [0u8; 32];
+                b[0..8].copy_from_slice(&(self.blocks - 1).to_be_bytes());
+                b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
+                if self.cfg.thin {
+                    b[14] = 0x80
+                        | if self.cfg.device.holes_read_zero() {
+                            0x40
+                        } else {
+                            0
+                        };
+                }
+                put_truncated(out, &b, alloc);
+            }
+            Command::Read(r) => self.read(r, out)?,
+            Command::Write(r) => self.write(req, r)?,
+            Command::WriteAndVerify { range, .. } => self.write(req, range)?,
+            Command::Verify { range, bytchk } => self.verify(req, range, bytchk)?,
+            Command::WriteSame {
+                lba,
+                blocks,
+                unmap,
+                anchor,
+                ndob,
+            } => self.write_same(req, lba, blocks, unmap, anchor, ndob)?,
+            Command::Unmap { anchor, param_len } => self.unmap(req, anchor, param_len)?,
+            Command::CompareAndWrite(r) => self.compare_and_write(req, r)?,
+            Command::PreFetch { lba, blocks } => self.check_range(lba, u64::from(blocks))?,
+            Command::SynchronizeCache { lba, blocks } => {
+                self.check_range(lba, u64::from(blocks))?;
+                self.cfg.device.flush().map_err(|_| Sense::write_error())?;
+            }
+            Command::ModeSense {
+                ten,
+                dbd,
+                llbaa,
+                pc,
+                page,
+                subpage,
+                alloc,
+            } => self.mode_sense(ten, dbd, llbaa, pc, page, subpage, alloc, out)?,
+            Command::ModeSelect {
+                ten,
+                pf,
+                sp,
+                param_len,
+            } => self.mode_select(req, ten, pf, sp, param_len)?,
+            Command::StartStopUnit { loej, start } => {
+                if loej && !start && self.prevent.lock().iter().next().is_some() {
+                    return Err(Sense::new(crate::sense::key::ILLEGAL_REQUEST, 0x53, 0x02));
+                }
+            }
+            Command::PreventAllow { prevent } => {
+                // Only "allow" (0) and "prevent" (1) apply to a direct-access device.
+                if prevent > 1 {
+                    return Err(Sense::invalid_cdb(4, Some(1)));
+                }
+                let mut p = self.prevent.lock();
+                if prevent == 1 {
+                    p.insert(req.nexus.id);
+                } else {
+                    p.remove(&req.nexus.id);
+                }
+            }
+            Command::GetLbaStatus { lba, alloc } => self.get_lba_status(lba, alloc, out)?,
+            Command::Reserve => self.reserve_legacy(req.nexus)?,
+            Command::Release => self.release_legacy(req.nexus),
+            Command::PersistentReserveIn { action, alloc } => self.pr_in(action, alloc, out)?,
+            Command::PersistentReserveOut {
+                action,
+                scope,
+                kind,
+                param_len,
+            } => {
+                return self
+                    .pr_out(req, action, scope, kind, param_len)
+                    .map(|()| status::GOOD)
+            }
+            Command::ReportTargetPortGroups { extended, alloc } => {
+                self.report_tpgs(extended, alloc, out)
+            }
+            Command::SetTargetPortGroups { param_len } => self.set_tpgs(req, param_len)?,
+            Command::ReportSupportedOpcodes {
+                rctd,
+                options,
+                opcode,
+                action,
+                alloc,
+            } => crate::opcodes::report(rctd, options, opcode, action, alloc, out)?,
+            Command::ReportSupportedTmf { repd, alloc } => {
+                // ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LU RESET, TARGET RESET; QUERY TASK.
+                let mut b = [0u8; 16];
+                b[0] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02;
+                b[1] = 0x01;
+                put_truncated(out, if repd { &b[..16] } else { &b[..4] }, alloc);
+            }
+            Command::ExtendedCopy { param_len } => self.extended_copy(req, param_len)?,
+            Command::ReceiveCopyResults {
+                action,
+                list_id,
+                alloc,
+            } => self.receive_copy_results(action, list_id, alloc, out)?,
+        }
+        Ok(status::GOOD)
+    }
+
+    /// Checks `[lba, lba+blocks)` against the capacity (21/00 LBA OUT OF RANGE).
+    pub(crate) fn check_range(&self, lba: u64, blocks: u64) -> Result<(), Sense> {
+        match lba.checked_add(blocks) {
+            Some(end) if end <= self.blocks => Ok(()),
+            _ => Err(Sense::lba_out_of_range()),
+        }
+    }
+
+    fn reserve_legacy(&self, n: &Nexus) -> Result<(), Sense> {
+        // Conflicting holders were turned away by the reservation check before dispatch.
+        self.pr.write().legacy_holder = Some(n.id);
+        Ok(())
+    }
+
+    fn release_legacy(&self, n: &Nexus) {
+        let mut pr = self.pr.write();
+        if pr.legacy_holder == Some(n.id) {
+            pr.legacy_holder = None;
+        }
+    }
+
+    fn report_tpgs(&self, extended: bool, alloc: u32, out: &mut BytesMut) {
+        let mut body = Vec::new();
+        for g in self.tpgs.groups() {
+            // PREF=0, asymmetric access state; supported states: T, U, S, AN, AO.
+            body.push(g.state() as u8);
+            body.push(0x80 | 0x08 | 0x04 | 0x02 | 0x01);
+            body.extend_from_slice(&g.id.to_be_bytes());
+            body.push(0);
+            body.push(0); // status code
+            body.push(0);
+            body.push(g.ports.len().min(255) as u8);
+            for p in g.ports.iter().take(255) {
+                body.extend_from_slice(&[0, 0]);
+                body.extend_from_slice(&p.to_be_bytes());
+            }
+        }
+        let mut b = Vec::with_capacity(body.len() + 8);
+        let len = u32::try_from(body.len() + if extended { 4 } else { 0 }).unwrap_or(u32::MAX);
+        b.extend_from_slice(&len.to_be_bytes());
+        if extended {
+            // Format 1, implicit transition time 0.
+            b.extend_from_slice(&[0x10, 0, 0, 0]);
+        }
+        b.extend_from_slice(&body);
+        put_truncated(out, &b, alloc);
+    }
+
+    fn set_tpgs(&self, req: &ScsiRequest<'_>, param_len: u32) -> Result<(), Sense> {
+        if param_len == 0 {
+            return Ok(());
+        }
+        let data = crate::gather(req.data_out, param_len as usize);
+        if data.len() < param_len as usize || param_len < 4 || (param_len - 4) % 4 != 0 {
+            return Err(Sense::param_list_length());
+        }
+        let mut changes = Vec::new();
+        for (i, d) in data
+            .get(4..)
+            .unwrap_or_default()
+            .chunks_exact(4)
+            .enumerate()
+        {
+            let at = 4 + i * 4;
+            let (Some(&s), Some(&hi), Some(&lo)) = (d.first(), d.get(2), d.get(3)) else {
+                continue;
+            };
+            let state = match s & 0x0F {
+                0 => crate::AluaState::ActiveOptimized,
+                1 => crate::AluaState::ActiveNonOptimized,
+                2 => crate::AluaState::Standby,
+                3 => crate::AluaState::Unavailable,
+                _ => return Err(Sense::invalid_param(at, Some(3))),
+            };
+            let id = u16::from_be_bytes([hi, lo]);
+            if !self.tpgs.groups().iter().any(|g| g.id == id) {
+                return Err(Sense::invalid_param(at + 2, None));
+            }
+            changes.push((id, state));
+        }
+        for (id, state) in changes {
+            self.tpgs.set_state(id, state);
+        }
+        // The nexus that asked does not get the UA (SPC-4 5.15.2.3); others do on next command.
+        let g = self.tpgs.generation();
+        if self.alua_seen.swap(g, Ordering::AcqRel) != g {
+            self.ua.raise_all(0x2A, 0x06, Some(req.nexus.id));
+        }
+        Ok(())
+    }
+}

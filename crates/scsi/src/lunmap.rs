@@ -1,0 +1,141 @@
+//! The logical units of one target: LUN addressing, REPORT LUNS, commands to absent LUNs and
+//! the task-management hooks that fan out to every LU.
+
+use crate::cdb::op;
+use crate::inquiry::missing_lun_inquiry;
+use crate::lun::LogicalUnit;
+use crate::sense::Sense;
+use crate::{put_truncated, Nexus, ScsiOutcome, ScsiRequest};
+use bytes::BytesMut;
+use std::sync::Arc;
+
+/// All LUs of a target, by LUN.
+#[derive(Clone, Default)]
+pub struct LunMap {
+    luns: Vec<(u64, Arc<LogicalUnit>)>,
+}
+
+/// SAM-5 4.7.3 single-level LUN: peripheral addressing below 256, flat space up to 16383.
+pub fn encode_lun(lun: u64) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    if lun < 256 {
+        b[1] = lun as u8;
+    } else {
+        b[0] = 0x40 | ((lun >> 8) & 0x3F) as u8;
+        b[1] = lun as u8;
+    }
+    b
+}
+
+impl LunMap {
+    /// Builds the map; each LU learns its peers so EXTENDED COPY can reach them.
+    pub fn new(mut luns: Vec<(u64, Arc<LogicalUnit>)>) -> Self {
+        luns.sort_by_key(|(l, _)| *l);
+        luns.dedup_by_key(|(l, _)| *l);
+        let weak: Vec<_> = luns.iter().map(|(_, lu)| Arc::downgrade(lu)).collect();
+        for (_, lu) in &luns {
+            *lu.peers.write() = weak.clone();
+        }
+        Self { luns }
+    }
+
+    /// The LU at `lun`.
+    pub fn get(&self, lun: u64) -> Option<&Arc<LogicalUnit>> {
+        self.luns.iter().find(|(l, _)| *l == lun).map(|(_, lu)| lu)
+    }
+
+    /// All `(lun, LU)` pairs in LUN order.
+    pub fn luns(&self) -> &[(u64, Arc<LogicalUnit>)] {
+        &self.luns
+    }
+
+    /// Executes a command addressed to `req.lun`.
+    pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
+        let opcode = req.cdb.first().copied().unwrap_or(0xFF);
+        if opcode == op::REPORT_LUNS {
+            return self.report_luns(req, data_in);
+        }
+        if let Some(lu) = self.get(req.lun) {
+            return lu.execute(req, data_in);
+        }
+        match crate::decode_cdb(req.cdb) {
+            Ok(crate::Command::Inquiry { evpd, alloc, .. }) => {
+                missing_lun_inquiry(evpd, alloc, data_in);
+                ScsiOutcome::good()
+            }
+            Ok(crate::Command::RequestSense { alloc, desc }) => {
+                let s = Sense::lun_not_supported();
+                if desc {
+                    put_truncated(data_in, &s.to_descriptor_bytes(), alloc);
+                } else {
+                    put_truncated(data_in, &s.to_fixed_bytes(), alloc);
+                }
+                ScsiOutcome::good()
+            }
+            _ => ScsiOutcome::check(Sense::lun_not_supported()),
+        }
+    }
+
+    fn report_luns(&self, req: &ScsiRequest<'_>, out: &mut BytesMut) -> ScsiOutcome {
+        let (select, alloc) = match crate::decode_cdb(req.cdb) {
+            Ok(crate::Command::ReportLuns { select, alloc }) => (select, alloc),
+            Err(s) => return ScsiOutcome::check(s),
+            Ok(_) => return ScsiOutcome::check(Sense::invalid_opcode()),
+        };
+        if alloc < 16 {
+            return ScsiOutcome::check(Sense::invalid_cdb(6, None));
+        }
+        let list: Vec<u64> = match select {
+            0 | 2 => self.luns.iter().map(|(l, _)| *l).collect(),
+            1 => Vec::new(),
+            0x10..=0x12 => self
+                .luns
+                .iter()
+                .map(|(l, _)| *l)
+                .filter(|_| select != 0x11 || req.lun == 0)
+                .collect(),
+            _ => return ScsiOutcome::check(Sense::invalid_cdb(2, None)),
+        };
+        let mut b = Vec::with_capacity(8 + 8 * list.len());
+        b.extend_from_slice(&((list.len() * 8) as u32).to_be_bytes());
+        b.extend_from_slice(&[0; 4]);
+        for l in list {
+            b.extend_from_slice(&encode_lun(l));
+        }
+        put_truncated(out, &b, alloc);
+        ScsiOutcome::good()
+    }
+
+    /// A new session: every LU registers it (with a power-on unit attention).
+    pub fn nexus_added(&self, n: &Nexus) {
+        for (_, lu) in &self.luns {
+            lu.nexus_added(n);
+        }
+    }
+
+    /// A session ended (I_T nexus loss).
+    pub fn nexus_removed(&self, n: &Nexus) {
+        for (_, lu) in &self.luns {
+            lu.nexus_removed(n);
+        }
+    }
+
+    /// LOGICAL UNIT RESET task management function.
+    pub fn lun_reset(&self, lun: u64, by: &Nexus) -> bool {
+        self.get(lun).map(|lu| lu.lun_reset(Some(by))).is_some()
+    }
+
+    /// TARGET WARM RESET (`cold == false`) or TARGET COLD RESET.
+    pub fn target_reset(&self, cold: bool) {
+        for (_, lu) in &self.luns {
+            lu.target_reset(cold);
+        }
+    }
+
+    /// CLEAR TASK SET on `lun` by `by`.
+    pub fn clear_task_set(&self, lun: u64, by: &Nexus) {
+        if let Some(lu) = self.get(lun) {
+            lu.clear_task_set(by);
+        }
+    }
+}

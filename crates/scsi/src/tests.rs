@@ -1,0 +1,1 @@
+//! Unit tests driving logical units through the public request API.
