@@ -163,15 +163,15 @@ impl LogicalUnit {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);
         let action = req.cdb.get(1).copied().unwrap_or(0) & 0x1F;
         self.check_alua_generation();
-        let state = self.tpgs.state_of(req.nexus.target_port_group);
-        if let Some(s) = TargetPortGroups::access_check(state, opcode, action) {
-            return ScsiOutcome::check(s);
-        }
         // SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE do not report or clear a UA.
         if !matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE) {
             if let Some(s) = self.ua.take(req.nexus.id) {
                 return ScsiOutcome::check(s);
             }
+        }
+        let state = self.tpgs.state_of(req.nexus.target_port_group);
+        if let Some(s) = TargetPortGroups::access_check(state, opcode, action) {
+            return ScsiOutcome::check(s);
         }
         let cmd = match decode_cdb(req.cdb) {
             Ok(c) => c,
