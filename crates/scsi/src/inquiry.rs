@@ -78,8 +78,8 @@ impl LogicalUnit {
                     } else {
                         0
                     };
-                    body[1] = 0x80 | 0x40 | 0x20 | lbprz; // LBPU, LBPWS, LBPWS10
-                    body[2] = 0x02; // provisioning type: thin
+                    // LBPU, LBPWS, LBPWS10, LBPRZ; provisioning type thin.
+                    crate::put(&mut body, 1, &[0x80 | 0x40 | 0x20 | lbprz, 0x02]);
                 }
             }
             _ => return Err(Sense::invalid_cdb(2, None)),
@@ -94,7 +94,7 @@ impl LogicalUnit {
     }
 
     fn standard_inquiry(&self) -> Vec<u8> {
-        let mut b = vec![0u8; 66];
+        let mut b = [0u8; 66];
         b[2] = 0x06; // SPC-4
         b[3] = 0x02 | 0x10; // response data format 2, HISUP
         b[4] = (b.len() - 5) as u8;
@@ -105,10 +105,9 @@ impl LogicalUnit {
         b[32..36].copy_from_slice(&padded(&self.cfg.revision, 4));
         // Version descriptors: SAM-5, iSCSI, SPC-4, SBC-3.
         for (i, v) in [0x00A0u16, 0x0960, 0x0460, 0x04C0].iter().enumerate() {
-            let at = 58 + 2 * i;
-            b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+            crate::put(&mut b, 58 + 2 * i, &v.to_be_bytes());
         }
-        b
+        b.to_vec()
     }
 
     fn device_identification(&self, n: &Nexus, b: &mut Vec<u8>) {

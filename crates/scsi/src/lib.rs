@@ -154,6 +154,13 @@ pub(crate) fn put_truncated(out: &mut bytes::BytesMut, src: &[u8], alloc: u32) {
     out.extend_from_slice(src.get(..n).unwrap_or_default());
 }
 
+/// Copies `v` into `b` at `at` if it fits (never panics).
+pub(crate) fn put(b: &mut [u8], at: usize, v: &[u8]) {
+    if let Some(d) = b.get_mut(at..at.saturating_add(v.len())) {
+        d.copy_from_slice(v);
+    }
+}
+
 /// Concatenates data-out segments (only for small parameter lists).
 pub(crate) fn gather(data: &[bytes::Bytes], max: usize) -> Vec<u8> {
     let mut v = Vec::new();

@@ -381,7 +381,7 @@ impl LogicalUnit {
             return Ok(());
         }
         let data = crate::gather(req.data_out, param_len as usize);
-        if data.len() < param_len as usize || param_len < 4 || (param_len - 4) % 4 != 0 {
+        if data.len() < param_len as usize || param_len < 4 || (param_len - 4) & 3 != 0 {
             return Err(Sense::param_list_length());
         }
         let mut changes = Vec::new();

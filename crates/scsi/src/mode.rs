@@ -21,46 +21,39 @@ const PC_SAVED: u8 = 3;
 impl LogicalUnit {
     /// One mode page as seen through page control `pc`.
     fn mode_page(&self, page: u8, pc: u8) -> Option<Vec<u8>> {
-        let mut p = match page {
+        let wce = match pc {
+            PC_CHANGEABLE => true,
+            PC_DEFAULT => self.cfg.write_cache,
+            _ => self.wce.load(Ordering::Relaxed),
+        };
+        Some(match page {
             PAGE_CACHING => {
-                let mut p = vec![0u8; 20];
+                let mut p = [0u8; 20];
                 p[0] = PAGE_CACHING;
                 p[1] = 18;
-                p
+                p[2] = if wce { 0x04 } else { 0 };
+                p.to_vec()
             }
             PAGE_CONTROL => {
-                let mut p = vec![0u8; 12];
+                let mut p = [0u8; 12];
                 p[0] = PAGE_CONTROL;
                 p[1] = 10;
-                p
+                if pc != PC_CHANGEABLE {
+                    p[3] = 0x10; // QUEUE ALGORITHM MODIFIER 1: unrestricted reordering
+                    p[5] = 0x40; // TAS: aborted commands get TASK ABORTED
+                    p[8] = 0xFF; // busy timeout: unlimited
+                    p[9] = 0xFF;
+                }
+                p.to_vec()
             }
             PAGE_IE => {
-                let mut p = vec![0u8; 12];
+                let mut p = [0u8; 12];
                 p[0] = PAGE_IE;
                 p[1] = 10;
-                p
+                p.to_vec()
             }
             _ => return None,
-        };
-        match (page, pc) {
-            (PAGE_CACHING, PC_CHANGEABLE) => p[2] = 0x04,
-            (PAGE_CACHING, PC_DEFAULT) => p[2] = if self.cfg.write_cache { 0x04 } else { 0 },
-            (PAGE_CACHING, _) => {
-                p[2] = if self.wce.load(Ordering::Relaxed) {
-                    0x04
-                } else {
-                    0
-                }
-            }
-            (PAGE_CONTROL, PC_CHANGEABLE) => {}
-            (PAGE_CONTROL, _) => {
-                p[3] = 0x10; // QUEUE ALGORITHM MODIFIER 1: unrestricted reordering
-                p[5] = 0x40; // TAS: aborted commands get TASK ABORTED
-                p[8..10].copy_from_slice(&0xFFFFu16.to_be_bytes()); // busy timeout: unlimited
-            }
-            _ => {}
-        }
-        Some(p)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -352,7 +352,7 @@ pub(crate) fn report(
         }
         _ => TABLE
             .iter()
-            .find(|e| e.opcode == opcode && e.action.is_none_or(|a| a == action)),
+            .find(|e| e.opcode == opcode && !matches!(e.action, Some(a) if a != action)),
     };
     match found {
         Some(e) => {

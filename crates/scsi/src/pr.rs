@@ -43,7 +43,7 @@ pub(crate) struct Registration {
 impl Registration {
     pub fn matches(&self, who: &NexusIdentity) -> bool {
         self.name.eq_ignore_ascii_case(&who.name)
-            && self.isid.is_none_or(|i| i == who.isid)
+            && !matches!(self.isid, Some(i) if i != who.isid)
             && (self.all_tg_pt || self.rel_port == who.rel_port)
     }
     pub fn same_nexus(&self, other: &Registration) -> bool {
@@ -288,7 +288,7 @@ pub(crate) fn transport_id(r: &Registration) -> Vec<u8> {
         0
     };
     name.push(0);
-    while name.len() % 4 != 0 {
+    while name.len() & 3 != 0 {
         name.push(0);
     }
     let mut t = vec![format | 0x05, 0];

@@ -238,11 +238,9 @@ impl LogicalUnit {
             _ => return Err(Sense::invalid_cdb(1, Some(4)).into()),
         }
         if let Some(path) = &self.cfg.pr_file {
-            if pr.aptpl || before.aptpl {
-                if pr.persist(path).is_err() {
-                    *pr = before;
-                    return Err(Sense::internal_failure().into());
-                }
+            if (pr.aptpl || before.aptpl) && pr.persist(path).is_err() {
+                *pr = before;
+                return Err(Sense::internal_failure().into());
             }
         }
         Ok(())

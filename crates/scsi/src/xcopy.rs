@@ -63,7 +63,7 @@ impl LogicalUnit {
         if inline_len != 0 {
             return Err(Sense::invalid_param(12, None));
         }
-        if cscd_len % CSCD_LEN != 0 {
+        if cscd_len / CSCD_LEN * CSCD_LEN != cscd_len {
             return Err(Sense::param_list_length());
         }
         if cscd_len / CSCD_LEN > usize::from(MAX_CSCD) {
@@ -199,7 +199,10 @@ fn copy_blocks(
     let sbs = u64::from(src.cfg.block_size);
     let dbs = u64::from(dst.cfg.block_size);
     let bytes = blocks * if dc { dbs } else { sbs };
-    if bytes % sbs != 0 || bytes % dbs != 0 || bytes > u64::from(MAX_SEGMENT_BYTES) {
+    if bytes.checked_rem(sbs) != Some(0)
+        || bytes.checked_rem(dbs) != Some(0)
+        || bytes > u64::from(MAX_SEGMENT_BYTES)
+    {
         return Err(copy_aborted(0x26, 0x0A));
     }
     if src.check_range(src_lba, bytes / sbs).is_err()
