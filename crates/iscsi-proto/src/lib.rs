@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod chap;
+pub mod login;
 pub mod negotiation;
 pub mod pdu;
 pub mod serial;

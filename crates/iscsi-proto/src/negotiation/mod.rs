@@ -70,6 +70,9 @@ pub struct TargetDefaults {
     pub data_digests: Vec<Digest>,
     /// TargetAlias sent in the first response of a normal session.
     pub target_alias: Option<String>,
+    /// Commands the initiator may have outstanding: login responses open the CmdSN window to
+    /// MaxCmdSN = ExpCmdSN + queue_depth - 1.
+    pub queue_depth: u32,
 }
 
 impl Default for TargetDefaults {
@@ -91,6 +94,7 @@ impl Default for TargetDefaults {
             header_digests: vec![Digest::None, Digest::Crc32c],
             data_digests: vec![Digest::None, Digest::Crc32c],
             target_alias: None,
+            queue_depth: 128,
         }
     }
 }
