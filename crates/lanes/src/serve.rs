@@ -68,24 +68,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config
         .prepare_storage()
         .context("preparing backing files")?;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_target::ServeInfo>();
     let banner_config = config.clone();
-    let driver = tokio::spawn(run_driver(config, ready_tx));
-    let print_banner = async move {
+    let printer = tokio::spawn(async move {
         if let Ok(info) = ready_rx.await {
+            let info = ReadyInfo {
+                portals: info.portals,
+                targets: info.targets,
+            };
             print!("{}", banner_from(&banner_config, info).render());
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
         }
-        std::future::pending::<()>().await
-    };
-    tokio::select! {
-        result = driver => result.context("target driver panicked")?,
-        () = print_banner => unreachable!("the banner task never finishes"),
-        signal = tokio::signal::ctrl_c() => {
-            signal.context("waiting for Ctrl-C")?;
-            tracing::info!("interrupted, shutting down");
-            Ok(())
-        }
-    }
+    });
+    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
+    let result = lanes_target::serve(config, ready_tx).await;
+    printer.abort();
+    result?;
+    Ok(())
 }
 
 /// What the driver reports once it listens: bound portals (wildcards expanded) and LUN WWIDs.
@@ -93,35 +93,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub struct ReadyInfo {
     pub portals: Vec<(u16, SocketAddr)>,
     pub targets: Vec<(String, Vec<(u64, String)>)>,
-}
-
-// NOTE: the driver (`lanes_target::serve`) is being written in parallel. Once lib.rs exports
-// `serve` and `ServeInfo`, delete the placeholder branch and the `cfg(any())` below.
-#[cfg(any())]
-async fn run_driver(
-    config: ServeConfig,
-    ready: tokio::sync::oneshot::Sender<ReadyInfo>,
-) -> anyhow::Result<()> {
-    let (info_tx, info_rx) = tokio::sync::oneshot::channel::<lanes_target::ServeInfo>();
-    tokio::spawn(async move {
-        if let Ok(info) = info_rx.await {
-            let _ = ready.send(ReadyInfo {
-                portals: info.portals,
-                targets: info.targets,
-            });
-        }
-    });
-    lanes_target::serve(config, info_tx).await?;
-    Ok(())
-}
-
-#[cfg(not(any()))]
-async fn run_driver(
-    config: ServeConfig,
-    ready: tokio::sync::oneshot::Sender<ReadyInfo>,
-) -> anyhow::Result<()> {
-    drop((config, ready));
-    anyhow::bail!("this build of lanes has no iSCSI target driver yet (lanes_target::serve)")
 }
 
 fn banner_from(config: &ServeConfig, info: ReadyInfo) -> Banner {

@@ -1,0 +1,694 @@
+//! One TCP connection: login, then the full-feature phase's receive side (command ordering,
+//! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
+
+use crate::dataout::{BurstLimits, DataOutError, WriteTransfer};
+use crate::login_phase::ConnectionPolicy;
+use crate::server::{Portal, Server};
+use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
+use crate::stats::ConnectionStats;
+use crate::writer::{Outbound, Writer};
+use bytes::{Bytes, BytesMut};
+use iscsi_proto::login::{LoginStep, TargetLogin};
+use iscsi_proto::negotiation::ConnectionParams;
+use iscsi_proto::pdu::*;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Longest a login may take before the connection is dropped.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why reading stopped.
+enum ReadEnd {
+    Closed,
+    Error(std::io::Error),
+    Protocol(PduError),
+}
+
+/// Reads until one whole PDU is buffered and decoded.
+async fn read_pdu(rd: &mut OwnedReadHalf, buf: &mut BytesMut, framer: &Framer) -> Result<Pdu, ReadEnd> {
+    loop {
+        match framer.decode(buf) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) => {}
+            Err(e) => return Err(ReadEnd::Protocol(e)),
+        }
+        buf.reserve(framer.bytes_needed(buf).max(16 * 1024));
+        match rd.read_buf(buf).await {
+            Ok(0) => return Err(ReadEnd::Closed),
+            Ok(_) => {}
+            Err(e) => return Err(ReadEnd::Error(e)),
+        }
+    }
+}
+
+/// Serves one accepted connection to the end.
+pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().unwrap_or(portal.addr);
+    let (mut rd, mut wr) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let framer = Framer::default();
+    let mut login = TargetLogin::new(server.login_defaults());
+    let mut policy = ConnectionPolicy {
+        server: server.clone(),
+        portal,
+        peer,
+        cmd_sn: 0,
+        session: None,
+        reinstated: None,
+        replaced_connection: false,
+    };
+    let deadline = Instant::now() + LOGIN_TIMEOUT;
+    let (outcome, cid, stat_sn) = loop {
+        let pdu = match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                warn!(%peer, portal = %local, "login timed out");
+                return;
+            }
+        };
+        let Pdu::LoginRequest(req) = pdu else {
+            // RFC 7143 6.1: only Login Requests are allowed before the login completes.
+            warn!(%peer, portal = %local, "non-login PDU during login; closing");
+            return;
+        };
+        policy.cmd_sn = req.cmd_sn;
+        let step = login.handle(&req, &mut policy);
+        let (resp, done) = match step {
+            LoginStep::Continue(resp) => (resp, None),
+            LoginStep::Complete(resp, outcome) => (resp, Some(outcome)),
+            LoginStep::Failed(resp, refusal) => {
+                warn!(
+                    initiator = %login_initiator(&req, &login),
+                    %peer,
+                    portal = %local,
+                    reason = %refusal,
+                    "login refused"
+                );
+                let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
+                let _ = wr.write_all(&bytes).await;
+                return;
+            }
+        };
+        if let Some(outcome) = done {
+            // The old session's tasks end before the new one starts (RFC 7143 6.3.5).
+            if let Some(old) = policy.reinstated.take() {
+                old.drain().await;
+                server.remove_session(&old);
+            }
+            let stat_sn = resp.stat_sn.wrapping_add(1);
+            let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
+            if wr.write_all(&bytes).await.is_err() {
+                if let Some(s) = &policy.session {
+                    if s.connection_count() == 0 {
+                        server.remove_session(s);
+                    }
+                }
+                return;
+            }
+            break (outcome, req.cid, stat_sn);
+        }
+        let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
+        if wr.write_all(&bytes).await.is_err() {
+            return;
+        }
+    };
+    let Some(session) = policy.session.take() else {
+        return;
+    };
+    info!(
+        initiator = %session.initiator_name,
+        %peer,
+        portal = %local,
+        tsih = session.tsih,
+        cid,
+        kind = if session.target.is_some() { "normal" } else { "discovery" },
+        "login"
+    );
+    let params = outcome.connection;
+    let stats = Arc::new(ConnectionStats::default());
+    stats.header_digest.store(params.header_digest, Ordering::Relaxed);
+    stats.data_digest.store(params.data_digest, Ordering::Relaxed);
+    let framer = Framer {
+        header_digest: params.header_digest,
+        data_digest: params.data_digest,
+        max_recv_data_segment_length: params.max_recv_data_segment_length as usize,
+    };
+    let (out_tx, out_rx) = mpsc::unbounded_channel();
+    let (released_tx, released_rx) = mpsc::unbounded_channel();
+    let close = CancellationToken::new();
+    session.connections.lock().retain(|c| c.cid != cid);
+    session.connections.lock().push(ConnectionHandle {
+        cid,
+        portal: local,
+        peer,
+        stats: stats.clone(),
+        close: close.clone(),
+        released: released_tx,
+    });
+    let writer = Writer {
+        socket: wr,
+        session: session.clone(),
+        stats: stats.clone(),
+        framer,
+        stat_sn,
+        max_xmit: params.max_xmit_data_segment_length,
+        max_burst: session.params.max_burst_length,
+    };
+    let writer = tokio::spawn(writer.run(out_rx));
+    let mut conn = Connection {
+        server: server.clone(),
+        session: session.clone(),
+        cid,
+        params,
+        framer,
+        out: out_tx,
+        writes: HashMap::new(),
+        stats,
+        next_ttt: 1,
+        close,
+        last_heard: Instant::now(),
+        ping_outstanding: false,
+        local,
+        text_pending: None,
+    };
+    let end = conn.serve(rd, buf, released_rx).await;
+    debug!(tsih = session.tsih, cid, "connection ending: {end}");
+    drop(conn.out);
+    let _ = writer.await;
+    {
+        let mut conns = session.connections.lock();
+        if let Some(pos) = conns.iter().position(|c| c.cid == cid && Arc::ptr_eq(&c.stats, &conn.stats)) {
+            conns.remove(pos);
+        }
+    }
+    let remaining = session.connection_count();
+    info!(initiator = %session.initiator_name, %peer, tsih = session.tsih, cid, remaining, "connection closed");
+    if remaining == 0 {
+        // ErrorRecoveryLevel 0 with no connection left: the session ends (RFC 7143 7.1.5).
+        session.close_all();
+        session.drain().await;
+        server.remove_session(&session);
+    }
+}
+
+fn login_initiator(req: &LoginRequest, login: &TargetLogin) -> String {
+    match login.initiator_name() {
+        "" => format!("(unnamed, isid {:02x?})", req.isid),
+        name => name.to_owned(),
+    }
+}
+
+/// The receive side of a connection in full-feature phase.
+pub(crate) struct Connection {
+    server: Arc<Server>,
+    session: Arc<Session>,
+    cid: u16,
+    params: ConnectionParams,
+    framer: Framer,
+    out: mpsc::UnboundedSender<Outbound>,
+    writes: HashMap<u32, PendingWrite>,
+    stats: Arc<ConnectionStats>,
+    next_ttt: u32,
+    close: CancellationToken,
+    last_heard: Instant,
+    ping_outstanding: bool,
+    local: SocketAddr,
+    text_pending: Option<TextPending>,
+}
+
+impl std::fmt::Display for ReadEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadEnd::Closed => write!(f, "closed by peer"),
+            ReadEnd::Error(e) => write!(f, "{e}"),
+            ReadEnd::Protocol(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl Connection {
+    async fn serve(
+        &mut self,
+        mut rd: OwnedReadHalf,
+        mut buf: BytesMut,
+        mut released: mpsc::UnboundedReceiver<ReleasedCommand>,
+    ) -> ReadEnd {
+        let nop_interval = self.server.config.nop_interval;
+        let nop_timeout = self.server.config.nop_timeout;
+        let mut ticker = tokio::time::interval(nop_interval.max(Duration::from_millis(100)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            loop {
+                match self.framer.decode(&mut buf) {
+                    Ok(Some(pdu)) => {
+                        self.last_heard = Instant::now();
+                        self.ping_outstanding = false;
+                        self.stats.add_in(BHS_LEN + pdu.data().len());
+                        if let Err(end) = self.handle(pdu) {
+                            return end;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => match self.pdu_error(e) {
+                        Some(end) => return end,
+                        None => continue,
+                    },
+                }
+            }
+            buf.reserve(self.framer.bytes_needed(&buf).max(64 * 1024));
+            tokio::select! {
+                r = rd.read_buf(&mut buf) => match r {
+                    Ok(0) => return ReadEnd::Closed,
+                    Ok(_) => {}
+                    Err(e) => return ReadEnd::Error(e),
+                },
+                Some(r) = released.recv() => {
+                    if let Err(end) = self.handle_in_order(r.pdu) {
+                        return end;
+                    }
+                }
+                _ = self.close.cancelled() => return ReadEnd::Closed,
+                _ = ticker.tick() => {
+                    let idle = self.last_heard.elapsed();
+                    if idle >= nop_timeout {
+                        warn!(initiator = %self.session.initiator_name, tsih = self.session.tsih, cid = self.cid,
+                            "no answer to NOP-In for {:?}; dropping connection", idle);
+                        return ReadEnd::Closed;
+                    }
+                    if idle >= nop_interval && !self.ping_outstanding {
+                        self.ping_outstanding = true;
+                        let ttt = self.ttt();
+                        self.send(Pdu::NopIn(NopIn { itt: RESERVED_TAG, ttt, ..NopIn::default() }));
+                    }
+                }
+            }
+        }
+    }
+
+    fn ttt(&mut self) -> u32 {
+        let t = self.next_ttt;
+        self.next_ttt = self.next_ttt.wrapping_add(1);
+        if self.next_ttt == RESERVED_TAG {
+            self.next_ttt = 1;
+        }
+        t
+    }
+
+    fn send(&self, pdu: Pdu) {
+        let _ = self.out.send(Outbound::Pdu(pdu));
+    }
+
+    fn reject(&self, reason: u8, header: &[u8; BHS_LEN]) {
+        self.send(Pdu::Reject(Reject {
+            reason,
+            data: Bytes::copy_from_slice(header),
+            ..Reject::default()
+        }));
+    }
+
+    /// RFC 7143 7.8 / 13.12: what to do about bytes that are not a valid PDU.
+    fn pdu_error(&mut self, e: PduError) -> Option<ReadEnd> {
+        warn!(initiator = %self.session.initiator_name, tsih = self.session.tsih, cid = self.cid, "bad PDU: {e}");
+        match &e {
+            PduError::DataDigest { header } => {
+                self.reject(reject_reason::DATA_DIGEST_ERROR, header);
+                None
+            }
+            PduError::Malformed { header, .. } => {
+                self.reject(reject_reason::PROTOCOL_ERROR, header);
+                let _ = self.out.send(Outbound::Close);
+                Some(ReadEnd::Protocol(e))
+            }
+            PduError::DataSegmentTooLong { header, .. } => {
+                self.reject(reject_reason::PROTOCOL_ERROR, header);
+                let _ = self.out.send(Outbound::Close);
+                Some(ReadEnd::Protocol(e))
+            }
+            PduError::HeaderDigest => Some(ReadEnd::Protocol(e)),
+        }
+    }
+
+    /// Dispatches one received PDU.
+    fn handle(&mut self, pdu: Pdu) -> Result<(), ReadEnd> {
+        match &pdu {
+            Pdu::DataOut(d) => {
+                self.data_out(d);
+                return Ok(());
+            }
+            Pdu::SnackRequest(_) => {
+                // ErrorRecoveryLevel 0: SNACK is not supported (RFC 7143 11.16).
+                let header = header_of(&pdu, &self.framer);
+                self.reject(reject_reason::COMMAND_NOT_SUPPORTED, &header);
+                return Ok(());
+            }
+            Pdu::NopOut(n) if n.ttt != RESERVED_TAG => {
+                // The answer to our ping carries no CmdSN to consume.
+                return Ok(());
+            }
+            Pdu::ScsiCommand(c) if self.session.target.is_none() => {
+                let _ = c;
+                let header = header_of(&pdu, &self.framer);
+                self.reject(reject_reason::PROTOCOL_ERROR, &header);
+                return Ok(());
+            }
+            Pdu::Unknown { header, .. } => {
+                self.reject(reject_reason::COMMAND_NOT_SUPPORTED, header);
+                return Ok(());
+            }
+            Pdu::LoginRequest(_) => {
+                let header = header_of(&pdu, &self.framer);
+                self.reject(reject_reason::PROTOCOL_ERROR, &header);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let Some((immediate, cmd_sn)) = ordering_of(&pdu) else {
+            let header = header_of(&pdu, &self.framer);
+            self.reject(reject_reason::PROTOCOL_ERROR, &header);
+            return Ok(());
+        };
+        if let Pdu::ScsiCommand(c) = &pdu {
+            self.stats.commands.fetch_add(1, Ordering::Relaxed);
+            if c.write && c.expected_data_length > 0 && self.session.target.is_some() {
+                self.start_write(c);
+            }
+        }
+        if immediate {
+            return self.handle_in_order(pdu);
+        }
+        let itt = pdu.itt();
+        match self.session.deliver(self.cid, cmd_sn, pdu) {
+            (Delivery::Now, Some(p)) => self.handle_in_order(p),
+            (Delivery::Ignored, _) => {
+                debug!(cmd_sn, "command outside the CmdSN window ignored");
+                if let Some(itt) = itt {
+                    self.writes.remove(&itt);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Processes a request whose turn in CmdSN order has come.
+    fn handle_in_order(&mut self, pdu: Pdu) -> Result<(), ReadEnd> {
+        match pdu {
+            Pdu::ScsiCommand(c) => {
+                self.command(c);
+                Ok(())
+            }
+            Pdu::NopOut(n) => {
+                if n.itt != RESERVED_TAG {
+                    self.send(Pdu::NopIn(NopIn {
+                        lun: n.lun,
+                        itt: n.itt,
+                        ttt: RESERVED_TAG,
+                        data: n.data,
+                        ..NopIn::default()
+                    }));
+                }
+                Ok(())
+            }
+            Pdu::TextRequest(t) => {
+                crate::text::handle(self, t);
+                Ok(())
+            }
+            Pdu::TaskMgmtRequest(t) => {
+                crate::tmf::handle(&self.server, &self.session, &self.out, t);
+                Ok(())
+            }
+            Pdu::LogoutRequest(l) => self.logout(l),
+            _ => Ok(()),
+        }
+    }
+
+    fn limits(&self) -> BurstLimits {
+        let p = &self.session.params;
+        BurstLimits {
+            first_burst: p.first_burst_length,
+            max_burst: p.max_burst_length,
+            max_outstanding_r2t: u32::from(p.max_outstanding_r2t),
+            initial_r2t: p.initial_r2t,
+        }
+    }
+
+    fn start_write(&mut self, c: &ScsiCommand) {
+        let mut w = WriteTransfer::new(
+            c.itt,
+            c.lun,
+            c.expected_data_length,
+            if self.session.params.immediate_data { c.data.clone() } else { Bytes::new() },
+            c.final_bit,
+            self.limits(),
+        );
+        let mut r2ts = Vec::new();
+        let mut next = self.next_ttt;
+        w.r2ts(
+            || {
+                let t = next;
+                next = if next.wrapping_add(1) == RESERVED_TAG { 1 } else { next.wrapping_add(1) };
+                t
+            },
+            &mut r2ts,
+        );
+        self.next_ttt = next;
+        for r in r2ts {
+            self.send(Pdu::R2t(r));
+        }
+        self.writes.insert(c.itt, PendingWrite { transfer: w, command: None });
+    }
+
+    fn data_out(&mut self, d: &DataOut) {
+        let Some(PendingWrite { transfer: w, .. }) = self.writes.get_mut(&d.itt) else {
+            // RFC 7143 11.7: Data-Out for an unknown task is a protocol error; reject it.
+            let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
+            self.reject(reject_reason::PROTOCOL_ERROR, &header);
+            return;
+        };
+        match w.accept(d) {
+            Ok(()) => {}
+            Err(e) => {
+                debug!(itt = d.itt, "Data-Out refused: {e:?}");
+                let reason = match e {
+                    DataOutError::DataSn | DataOutError::Offset => reject_reason::PROTOCOL_ERROR,
+                    DataOutError::UnknownTtt => reject_reason::INVALID_PDU_FIELD,
+                };
+                let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
+                self.reject(reason, &header);
+                return;
+            }
+        }
+        let mut r2ts = Vec::new();
+        let mut next = self.next_ttt;
+        w.r2ts(
+            || {
+                let t = next;
+                next = if next.wrapping_add(1) == RESERVED_TAG { 1 } else { next.wrapping_add(1) };
+                t
+            },
+            &mut r2ts,
+        );
+        self.next_ttt = next;
+        for r in r2ts {
+            self.send(Pdu::R2t(r));
+        }
+        self.try_execute_write(d.itt);
+    }
+
+    /// A delivered SCSI command: execute now, or once its data is in.
+    fn command(&mut self, c: ScsiCommand) {
+        let aborted = Arc::new(AtomicBool::new(false));
+        self.session.task_started(
+            c.itt,
+            TaskEntry {
+                lun: c.lun,
+                aborted: aborted.clone(),
+                executing: false,
+            },
+        );
+        let itt = c.itt;
+        if let Some(w) = self.writes.get_mut(&itt) {
+            w.command = Some((c, aborted));
+            self.try_execute_write(itt);
+            return;
+        }
+        if self.session.begin_execution(itt) {
+            crate::exec::spawn(self.session.clone(), self.out.clone(), c, Vec::new(), 0, 0, aborted);
+        }
+    }
+
+    /// Executes a write once it is both delivered in CmdSN order and has all its data.
+    fn try_execute_write(&mut self, itt: u32) {
+        let ready = self
+            .writes
+            .get(&itt)
+            .is_some_and(|w| w.command.is_some() && w.transfer.complete());
+        if !ready {
+            return;
+        }
+        let Some(mut w) = self.writes.remove(&itt) else {
+            return;
+        };
+        let Some((c, aborted)) = w.command.take() else {
+            return;
+        };
+        if !self.session.begin_execution(itt) {
+            return;
+        }
+        let received = w.transfer.received();
+        let r2ts = w.transfer.r2t_count;
+        let segments = w.transfer.take_segments();
+        crate::exec::spawn(self.session.clone(), self.out.clone(), c, segments, received, r2ts, aborted);
+    }
+
+    /// Logout (RFC 7143 11.14): close the session, this connection, or another one.
+    fn logout(&mut self, l: LogoutRequest) -> Result<(), ReadEnd> {
+        let respond = |response: u8| {
+            Pdu::LogoutResponse(LogoutResponse {
+                response,
+                itt: l.itt,
+                time2wait: 0,
+                time2retain: 0,
+                ..LogoutResponse::default()
+            })
+        };
+        match l.reason {
+            0 => {
+                info!(initiator = %self.session.initiator_name, tsih = self.session.tsih, "logout (session)");
+                self.session.closing.cancel();
+                self.send(respond(0));
+                let _ = self.out.send(Outbound::Close);
+                let session = self.session.clone();
+                let server = self.server.clone();
+                let me = self.cid;
+                // Other connections close; this one closes once the response is out.
+                for c in session.connections.lock().iter().filter(|c| c.cid != me) {
+                    c.close.cancel();
+                }
+                server.remove_session(&session);
+                Err(ReadEnd::Closed)
+            }
+            1 | 2 if l.cid == self.cid => {
+                if l.reason == 2 {
+                    // ErrorRecoveryLevel 0: no connection recovery (RFC 7143 11.15.1).
+                    self.send(respond(2));
+                    return Ok(());
+                }
+                self.send(respond(0));
+                let _ = self.out.send(Outbound::Close);
+                Err(ReadEnd::Closed)
+            }
+            1 | 2 => {
+                let found = self
+                    .session
+                    .connections
+                    .lock()
+                    .iter()
+                    .find(|c| c.cid == l.cid)
+                    .map(|c| c.close.clone());
+                match found {
+                    Some(close) if l.reason == 1 => {
+                        close.cancel();
+                        self.send(respond(0));
+                    }
+                    Some(_) => self.send(respond(2)),
+                    None => self.send(respond(1)),
+                }
+                Ok(())
+            }
+            _ => {
+                let header = header_of(&Pdu::LogoutRequest(l.clone()), &self.framer);
+                self.reject(reject_reason::INVALID_PDU_FIELD, &header);
+                Ok(())
+            }
+        }
+    }
+
+    /// Answers a Text Request: a new exchange, or the continuation of a long answer
+    /// (RFC 7143 11.10.2: the initiator sends an empty request with our TTT to get more).
+    pub(crate) fn text_request(&mut self, req: TextRequest) {
+        let (answer, ttt_in) = match self.text_pending.take() {
+            Some(p) if req.ttt == p.ttt && req.itt == p.itt => (p.rest, p.ttt),
+            _ => {
+                if req.ttt != RESERVED_TAG {
+                    // A continuation we don't know: the initiator must start over.
+                    let header = header_of(&Pdu::TextRequest(req.clone()), &self.framer);
+                    self.reject(reject_reason::INVALID_PDU_FIELD, &header);
+                    return;
+                }
+                (crate::text::answer(&self.server, &self.session, self.local, &req.data), RESERVED_TAG)
+            }
+        };
+        let max = self.params.max_xmit_data_segment_length.max(512) as usize;
+        let (now, rest) = if answer.len() > max {
+            (answer.slice(..max), Some(answer.slice(max..)))
+        } else {
+            (answer, None)
+        };
+        let ttt = match rest {
+            Some(rest) => {
+                let ttt = if ttt_in != RESERVED_TAG { ttt_in } else { self.ttt() };
+                self.text_pending = Some(TextPending { itt: req.itt, ttt, rest });
+                ttt
+            }
+            None => RESERVED_TAG,
+        };
+        let more = ttt != RESERVED_TAG;
+        self.send(Pdu::TextResponse(TextResponse {
+            final_bit: !more,
+            continue_bit: more,
+            lun: req.lun,
+            itt: req.itt,
+            ttt,
+            data: now,
+            ..TextResponse::default()
+        }));
+    }
+}
+
+/// The part of a long Text Response not yet sent.
+struct TextPending {
+    itt: u32,
+    ttt: u32,
+    rest: Bytes,
+}
+
+/// A write whose data is being collected, and its command once delivered in CmdSN order.
+struct PendingWrite {
+    transfer: WriteTransfer,
+    command: Option<(ScsiCommand, Arc<AtomicBool>)>,
+}
+
+/// The immediate flag and CmdSN of a request that is ordered by CmdSN.
+fn ordering_of(pdu: &Pdu) -> Option<(bool, u32)> {
+    match pdu {
+        Pdu::ScsiCommand(p) => Some((p.immediate, p.cmd_sn)),
+        Pdu::NopOut(p) => Some((p.immediate, p.cmd_sn)),
+        Pdu::TaskMgmtRequest(p) => Some((p.immediate, p.cmd_sn)),
+        Pdu::TextRequest(p) => Some((p.immediate, p.cmd_sn)),
+        Pdu::LogoutRequest(p) => Some((p.immediate, p.cmd_sn)),
+        _ => None,
+    }
+}
+
+/// The BHS of a PDU, for a Reject's data segment.
+fn header_of(pdu: &Pdu, framer: &Framer) -> [u8; BHS_LEN] {
+    let e = framer.encode(pdu, &mut BytesMut::new());
+    let mut h = [0u8; BHS_LEN];
+    if let Some(src) = e.header.get(..BHS_LEN) {
+        h.copy_from_slice(src);
+    }
+    h
+}

@@ -1,0 +1,99 @@
+//! Runs SCSI commands on the blocking pool (file I/O) and hands their results to the writer.
+
+use crate::session::Session;
+use crate::writer::{Outbound, ScsiDone};
+use bytes::{Bytes, BytesMut};
+use iscsi_proto::pdu::{task_attr, ScsiCommand};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+fn attribute(attr: u8) -> scsi::TaskAttribute {
+    match attr {
+        task_attr::ORDERED => scsi::TaskAttribute::Ordered,
+        task_attr::HEAD_OF_QUEUE => scsi::TaskAttribute::HeadOfQueue,
+        task_attr::ACA => scsi::TaskAttribute::Aca,
+        _ => scsi::TaskAttribute::Simple,
+    }
+}
+
+/// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
+/// aborted meanwhile (then no response is sent: task management answers for it).
+pub fn spawn(
+    session: Arc<Session>,
+    out: mpsc::UnboundedSender<Outbound>,
+    cmd: ScsiCommand,
+    segments: Vec<Bytes>,
+    received: u32,
+    r2t_count: u32,
+    aborted: Arc<AtomicBool>,
+) {
+    tokio::task::spawn_blocking(move || {
+        let Some(target) = session.target.as_ref() else {
+            session.task_done(cmd.itt);
+            return;
+        };
+        let cdb_owned;
+        let cdb: &[u8] = match &cmd.extended_cdb {
+            Some(ext) => {
+                let mut v = Vec::with_capacity(16 + ext.len());
+                v.extend_from_slice(&cmd.cdb);
+                v.extend_from_slice(ext);
+                cdb_owned = v;
+                &cdb_owned
+            }
+            None => &cmd.cdb,
+        };
+        let mut data_in = BytesMut::new();
+        let lun = crate::tmf::lun_number(cmd.lun);
+        let req = scsi::ScsiRequest {
+            nexus: &session.nexus,
+            lun,
+            cdb,
+            data_out: &segments,
+            data_in_limit: cmd.expected_data_length,
+            attr: attribute(cmd.attr),
+        };
+        let outcome = target.luns.execute(&req, &mut data_in);
+        let write_expected = if cmd.write { data_out_length(&target.luns, lun, cdb) } else { None };
+        if !aborted.load(Ordering::Acquire) {
+            let sense = outcome.sense.map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
+            let _ = out.send(Outbound::Scsi(Box::new(ScsiDone {
+                itt: cmd.itt,
+                lun: cmd.lun,
+                status: outcome.status,
+                sense,
+                data_in: data_in.freeze(),
+                edtl: cmd.expected_data_length,
+                read: cmd.read,
+                write: cmd.write,
+                write_expected,
+                write_received: received,
+                r2t_count,
+            })));
+        }
+        session.task_done(cmd.itt);
+    });
+}
+
+/// Bytes of data-out the CDB calls for, for residual accounting (RFC 7143 11.4.5); `None`
+/// when the CDB cannot be decoded or the LUN does not exist.
+pub fn data_out_length(luns: &scsi::LunMap, lun: u64, cdb: &[u8]) -> Option<u32> {
+    use scsi::Command as C;
+    let bs = luns.get(lun)?.config().block_size;
+    let blocks = |n: u32| n.checked_mul(bs);
+    match scsi::decode_cdb(cdb).ok()? {
+        C::Write(r) | C::WriteAndVerify { range: r, .. } => blocks(r.blocks),
+        C::Verify { range, bytchk: 1 } => blocks(range.blocks),
+        C::Verify { bytchk: 3, .. } => Some(bs),
+        C::Verify { .. } => Some(0),
+        C::WriteSame { ndob: false, .. } => Some(bs),
+        C::CompareAndWrite(r) => blocks(r.blocks)?.checked_mul(2),
+        C::Unmap { param_len, .. }
+        | C::ModeSelect { param_len, .. }
+        | C::PersistentReserveOut { param_len, .. }
+        | C::SetTargetPortGroups { param_len }
+        | C::ExtendedCopy { param_len } => Some(param_len),
+        _ => Some(0),
+    }
+}

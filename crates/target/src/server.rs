@@ -1,0 +1,138 @@
+//! The running server: targets, the session table, portals, and the accept loops.
+
+use crate::config::ServeConfig;
+use crate::session::Session;
+use crate::target::TargetRuntime;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A listening address and the portal group (TPGT) it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Portal {
+    pub tpgt: u16,
+    pub addr: SocketAddr,
+}
+
+/// Sessions by TSIH; only touched at login, logout and connection loss.
+#[derive(Default)]
+pub struct SessionTable {
+    pub by_tsih: HashMap<u16, Arc<Session>>,
+    next_tsih: u16,
+}
+
+impl SessionTable {
+    /// A TSIH not in use; never 0 (RFC 7143 11.12.6: 0 is reserved for a leading login).
+    pub fn allocate_tsih(&mut self) -> Option<u16> {
+        for _ in 0..=u16::MAX {
+            self.next_tsih = self.next_tsih.wrapping_add(1);
+            if self.next_tsih != 0 && !self.by_tsih.contains_key(&self.next_tsih) {
+                return Some(self.next_tsih);
+            }
+        }
+        None
+    }
+
+    /// The session of `initiator` + `isid` to `target` (None = discovery), if any.
+    pub fn find(&self, initiator: &str, isid: [u8; 6], target: Option<&str>) -> Option<Arc<Session>> {
+        self.by_tsih
+            .values()
+            .find(|s| {
+                &*s.initiator_name == initiator
+                    && s.isid == isid
+                    && s.target.as_ref().map(|t| t.config.name.as_str()) == target
+            })
+            .cloned()
+    }
+}
+
+/// Shared state of `lanes serve`.
+pub struct Server {
+    pub config: ServeConfig,
+    pub targets: Vec<Arc<TargetRuntime>>,
+    /// Portals with wildcard addresses expanded to this host's addresses, for reporting.
+    pub portals: Vec<Portal>,
+    pub sessions: Mutex<SessionTable>,
+    next_nexus: AtomicU64,
+    pub shutdown: CancellationToken,
+}
+
+impl Server {
+    pub fn new(
+        config: ServeConfig,
+        targets: Vec<Arc<TargetRuntime>>,
+        portals: Vec<Portal>,
+    ) -> Self {
+        Server {
+            config,
+            targets,
+            portals,
+            sessions: Mutex::new(SessionTable::default()),
+            next_nexus: AtomicU64::new(1),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// What logins negotiate from. Per-target values come from the first target; all targets
+    /// of one server share them because operational keys may precede TargetName.
+    pub fn login_defaults(&self) -> iscsi_proto::negotiation::TargetDefaults {
+        use crate::config::DigestConfig;
+        use iscsi_proto::negotiation::{Digest, TargetDefaults};
+        let mut d = TargetDefaults {
+            data_pdu_in_order: true,
+            data_sequence_in_order: true,
+            ..TargetDefaults::default()
+        };
+        if let Some(t) = self.targets.first() {
+            let c = &t.config;
+            let digests = |v: &[DigestConfig]| {
+                v.iter()
+                    .map(|d| match d {
+                        DigestConfig::None => Digest::None,
+                        DigestConfig::Crc32c => Digest::Crc32c,
+                    })
+                    .collect()
+            };
+            d.max_recv_data_segment_length = c.max_recv_data_segment_length;
+            d.max_burst_length = c.max_burst_length;
+            d.first_burst_length = c.first_burst_length;
+            d.max_connections = c.max_connections;
+            d.immediate_data = c.immediate_data;
+            d.initial_r2t = c.initial_r2t;
+            d.max_outstanding_r2t = c.max_outstanding_r2t;
+            d.header_digests = digests(&c.header_digest);
+            d.data_digests = digests(&c.data_digest);
+            d.target_alias = c.alias.clone();
+        }
+        d
+    }
+
+    pub fn next_nexus_id(&self) -> u64 {
+        self.next_nexus.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn target(&self, name: &str) -> Option<&Arc<TargetRuntime>> {
+        self.targets.iter().find(|t| t.config.name == name)
+    }
+
+
+    /// Removes a session from the table (its last connection is gone, or it was logged out) and
+    /// tells its logical units the I_T nexus is lost.
+    pub fn remove_session(&self, session: &Arc<Session>) {
+        let removed = {
+            let mut table = self.sessions.lock();
+            match table.by_tsih.get(&session.tsih) {
+                Some(s) if Arc::ptr_eq(s, session) => table.by_tsih.remove(&session.tsih),
+                _ => None,
+            }
+        };
+        if removed.is_some() {
+            if let Some(t) = &session.target {
+                t.luns.nexus_removed(&session.nexus);
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Observability: the `lanes status` unix socket (one JSON request line, one JSON reply) and
+//! the Prometheus `/metrics` endpoint, both reading the live counters.
+
+use crate::server::Server;
+use crate::Error;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener};
+use tracing::{info, warn};
+
+#[derive(Serialize)]
+struct ConnectionView {
+    cid: u16,
+    portal: String,
+    peer: String,
+    header_digest: &'static str,
+    data_digest: &'static str,
+    commands: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    pdus_in: u64,
+    pdus_out: u64,
+}
+
+#[derive(Serialize)]
+struct SessionView {
+    id: u64,
+    initiator: String,
+    isid: String,
+    tsih: u16,
+    target: String,
+    tpgt: u16,
+    connections: Vec<ConnectionView>,
+}
+
+#[derive(Serialize)]
+struct StatusView {
+    sessions: Vec<SessionView>,
+}
+
+fn digest(on: bool) -> &'static str {
+    if on {
+        "CRC32C"
+    } else {
+        "None"
+    }
+}
+
+fn snapshot(server: &Server) -> StatusView {
+    let mut sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
+    sessions.sort_by_key(|s| s.nexus.id);
+    StatusView {
+        sessions: sessions
+            .iter()
+            .map(|s| SessionView {
+                id: s.nexus.id,
+                initiator: s.initiator_name.to_string(),
+                isid: format!(
+                    "0x{}",
+                    s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                ),
+                tsih: s.tsih,
+                target: s
+                    .target
+                    .as_ref()
+                    .map(|t| t.config.name.clone())
+                    .unwrap_or_else(|| "(discovery)".into()),
+                tpgt: s.tpgt,
+                connections: s
+                    .connections
+                    .lock()
+                    .iter()
+                    .map(|c| {
+                        let st = c.stats.snapshot();
+                        ConnectionView {
+                            cid: c.cid,
+                            portal: c.portal.to_string(),
+                            peer: c.peer.to_string(),
+                            header_digest: digest(c.stats.header_digest.load(Ordering::Relaxed)),
+                            data_digest: digest(c.stats.data_digest.load(Ordering::Relaxed)),
+                            commands: st.commands,
+                            bytes_in: st.bytes_in,
+                            bytes_out: st.bytes_out,
+                            pdus_in: st.pdus_in,
+                            pdus_out: st.pdus_out,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Prometheus text exposition of the same counters.
+fn metrics_text(server: &Server) -> String {
+    let view = snapshot(server);
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP lanes_sessions Logged-in iSCSI sessions.\n# TYPE lanes_sessions gauge");
+    let _ = writeln!(out, "lanes_sessions {}", view.sessions.len());
+    for (name, help) in [
+        ("commands", "SCSI commands received"),
+        ("bytes_in", "Bytes received"),
+        ("bytes_out", "Bytes sent"),
+    ] {
+        let _ = writeln!(out, "# HELP lanes_connection_{name}_total {help}.");
+        let _ = writeln!(out, "# TYPE lanes_connection_{name}_total counter");
+        for s in &view.sessions {
+            for c in &s.connections {
+                let v = match name {
+                    "commands" => c.commands,
+                    "bytes_in" => c.bytes_in,
+                    _ => c.bytes_out,
+                };
+                let _ = writeln!(
+                    out,
+                    "lanes_connection_{name}_total{{initiator=\"{}\",isid=\"{}\",tsih=\"{}\",cid=\"{}\",portal=\"{}\",peer=\"{}\"}} {v}",
+                    s.initiator, s.isid, s.tsih, c.cid, c.portal, c.peer
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Starts the status socket and, if configured, the metrics endpoint.
+pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
+    let mut tasks = Vec::new();
+    let path = server.config.status_socket_path();
+    let status_err = |source| Error::Status {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(status_err)?;
+    }
+    // A socket file left by a previous run that is no longer listening is replaced.
+    if path.exists() && std::os::unix::net::UnixStream::connect(&path).is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let listener = UnixListener::bind(&path).map_err(status_err)?;
+    let s = server.clone();
+    tasks.push(tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let s = s.clone();
+            tokio::spawn(async move {
+                let (rd, mut wr) = stream.into_split();
+                let mut line = String::new();
+                let mut rd = BufReader::new(rd.take(4096));
+                if rd.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let reply = serde_json::to_string(&snapshot(&s)).unwrap_or_default();
+                let _ = wr.write_all(reply.as_bytes()).await;
+                let _ = wr.write_all(b"\n").await;
+            });
+        }
+    }));
+    if let Some(addr) = server.config.metrics_addr {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        info!(%addr, "metrics on http://{addr}/metrics");
+        let s = server.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let mut req = [0u8; 2048];
+                    let n = match tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut req)).await {
+                        Ok(Ok(n)) => n,
+                        _ => return,
+                    };
+                    let head = String::from_utf8_lossy(req.get(..n).unwrap_or_default());
+                    let (status, body) = if head.starts_with("GET /metrics") {
+                        ("200 OK", metrics_text(&s))
+                    } else {
+                        ("404 Not Found", "not found\n".to_string())
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if let Err(e) = stream.write_all(resp.as_bytes()).await {
+                        warn!("metrics write: {e}");
+                    }
+                });
+            }
+        }));
+    }
+    Ok(tasks)
+}

@@ -1,0 +1,99 @@
+//! A configured target at run time: its logical units, ALUA port groups and policy.
+
+use crate::config::{self, ServeConfig, TargetConfig};
+use std::sync::Arc;
+
+/// One exported target: what sessions execute commands against.
+pub struct TargetRuntime {
+    pub config: TargetConfig,
+    pub luns: Arc<scsi::LunMap>,
+    pub tpgs: Arc<scsi::TargetPortGroups>,
+    /// (lun, WWID string) for the banner and status.
+    pub wwids: Vec<(u64, String)>,
+}
+
+/// Errors building a target from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{path}: {source}")]
+    Device {
+        path: String,
+        #[source]
+        source: blockstore::OpenError,
+    },
+    #[error("target {target} LUN {lun}: {source}")]
+    Lun {
+        target: String,
+        lun: u64,
+        #[source]
+        source: scsi::Error,
+    },
+}
+
+fn alua_state(state: config::AluaStateConfig) -> scsi::AluaState {
+    scsi::AluaState::from_code(state.code()).unwrap_or(scsi::AluaState::ActiveOptimized)
+}
+
+impl TargetRuntime {
+    /// Opens every LUN's backing file and builds the ALUA port groups. One target port group per
+    /// portal group, whose relative target port id equals its tag.
+    pub fn build(serve: &ServeConfig, config: &TargetConfig) -> Result<Self, BuildError> {
+        let groups: Vec<&config::PortalGroupConfig> = serve
+            .portal_groups
+            .iter()
+            .filter(|g| config.portal_groups.is_empty() || config.portal_groups.contains(&g.tag))
+            .collect();
+        let tpgs = Arc::new(scsi::TargetPortGroups::new(
+            groups.iter().map(|g| (g.tag, vec![g.tag])),
+        ));
+        for g in &groups {
+            tpgs.set_state(g.tag, alua_state(g.alua_state));
+        }
+        let mut units = Vec::new();
+        let mut wwids = Vec::new();
+        for lun in &config.luns {
+            let device = blockstore::FileDevice::open(&lun.path, lun.size).map_err(|source| {
+                BuildError::Device {
+                    path: lun.path.display().to_string(),
+                    source,
+                }
+            })?;
+            let naa = config::naa_id(&config.name, lun);
+            wwids.push((lun.lun, config::wwid_string(&naa)));
+            let mut pr_file = lun.path.clone().into_os_string();
+            pr_file.push(".pr");
+            let lu_config = scsi::LunConfig {
+                device: Arc::new(device),
+                block_size: lun.block_size,
+                naa_id: naa,
+                serial: lun.effective_serial(&config.name),
+                vendor: "LANES".into(),
+                product: "lanes volume".into(),
+                revision: env!("CARGO_PKG_VERSION").chars().take(4).collect(),
+                read_only: lun.read_only,
+                write_cache: lun.write_cache,
+                pr_file: Some(pr_file.into()),
+                thin: true,
+            };
+            let unit = scsi::LogicalUnit::new(lu_config, tpgs.clone()).map_err(|source| {
+                BuildError::Lun {
+                    target: config.name.clone(),
+                    lun: lun.lun,
+                    source,
+                }
+            })?;
+            units.push((lun.lun, Arc::new(unit)));
+        }
+        Ok(TargetRuntime {
+            config: config.clone(),
+            luns: Arc::new(scsi::LunMap::new(units)),
+            tpgs,
+            wwids,
+        })
+    }
+
+    /// Whether this target is exported on portal group `tag`.
+    pub fn on_portal_group(&self, tag: u16) -> bool {
+        self.config.portal_groups.is_empty() || self.config.portal_groups.contains(&tag)
+    }
+}

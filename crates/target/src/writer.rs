@@ -1,0 +1,276 @@
+//! The sending half of a connection: numbers responses with StatSN, lays out Data-In sequences
+//! and writes every queued PDU of a wake-up in one vectored write.
+
+use crate::session::Session;
+use crate::stats::ConnectionStats;
+use bytes::{Bytes, BytesMut};
+use iscsi_proto::pdu::{DataIn, Framer, Pdu, ScsiResponse, RESERVED_TAG};
+use std::io::IoSlice;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::mpsc;
+
+/// Most PDUs gathered into one vectored write.
+const BATCH_PDUS: usize = 64;
+
+/// The result of one SCSI command, to be sent as Data-In PDUs and/or a SCSI Response.
+pub struct ScsiDone {
+    pub itt: u32,
+    pub lun: u64,
+    pub status: u8,
+    /// Sense bytes (fixed or descriptor format), without the SenseLength prefix.
+    pub sense: Option<Bytes>,
+    /// Data-In payload as produced by the logical unit (may exceed `edtl`).
+    pub data_in: Bytes,
+    /// Expected Data Transfer Length of the command.
+    pub edtl: u32,
+    pub read: bool,
+    pub write: bool,
+    /// Bytes of data-out the CDB called for (for write residuals).
+    pub write_expected: Option<u32>,
+    /// Bytes of data-out the initiator actually sent.
+    pub write_received: u32,
+    /// R2Ts sent for this command (ExpDataSN counts them, RFC 7143 11.4.6).
+    pub r2t_count: u32,
+}
+
+/// What the connection's other tasks ask the writer to send.
+pub enum Outbound {
+    /// A PDU; StatSN, ExpCmdSN and MaxCmdSN are filled in here.
+    Pdu(Pdu),
+    Scsi(Box<ScsiDone>),
+    /// Flush what is queued, then close the socket (after a Logout Response or a fatal error).
+    Close,
+}
+
+/// Does sending this PDU advance StatSN (RFC 7143 3.2.2.2, 11.19.4)?
+fn advances_stat_sn(pdu: &Pdu) -> bool {
+    match pdu {
+        Pdu::NopIn(p) => p.itt != RESERVED_TAG,
+        Pdu::R2t(_) | Pdu::AsyncMessage(_) => false,
+        Pdu::DataIn(p) => p.status_present,
+        _ => true,
+    }
+}
+
+/// Fills the sequence-number fields the writer owns.
+fn stamp(pdu: &mut Pdu, stat_sn: u32, exp: u32, max: u32) {
+    match pdu {
+        Pdu::NopIn(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::ScsiResponse(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::TaskMgmtResponse(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::TextResponse(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::DataIn(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::LogoutResponse(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::R2t(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::AsyncMessage(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        Pdu::Reject(p) => (p.stat_sn, p.exp_cmd_sn, p.max_cmd_sn) = (stat_sn, exp, max),
+        _ => {}
+    }
+}
+
+/// Sends queued PDUs until the channel closes or `Close` arrives.
+pub struct Writer {
+    pub socket: OwnedWriteHalf,
+    pub session: Arc<Session>,
+    pub stats: Arc<ConnectionStats>,
+    pub framer: Framer,
+    /// StatSN the next status-bearing PDU gets.
+    pub stat_sn: u32,
+    /// The initiator's MaxRecvDataSegmentLength: Data-In segments are cut to it.
+    pub max_xmit: u32,
+    /// MaxBurstLength: the F bit closes each Data-In sequence of this size.
+    pub max_burst: u32,
+}
+
+impl Writer {
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Outbound>) -> std::io::Result<()> {
+        let mut scratch = BytesMut::with_capacity(64 * 1024);
+        let mut trailers = BytesMut::with_capacity(BATCH_PDUS * 8);
+        let mut chunks: Vec<Bytes> = Vec::with_capacity(BATCH_PDUS * 3);
+        let mut pdus: Vec<Pdu> = Vec::with_capacity(BATCH_PDUS);
+        let mut close = false;
+        while let Some(first) = rx.recv().await {
+            let mut next = Some(first);
+            let mut count = 0;
+            while let Some(msg) = next.take() {
+                match msg {
+                    Outbound::Pdu(p) => pdus.push(p),
+                    Outbound::Scsi(done) => self.lay_out(*done, &mut pdus),
+                    Outbound::Close => {
+                        close = true;
+                        break;
+                    }
+                }
+                count += 1;
+                if count >= BATCH_PDUS {
+                    break;
+                }
+                next = rx.try_recv().ok();
+            }
+            self.flush(&mut pdus, &mut chunks, &mut scratch, &mut trailers)
+                .await?;
+            if close {
+                let _ = self.socket.shutdown().await;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(
+        &mut self,
+        pdus: &mut Vec<Pdu>,
+        chunks: &mut Vec<Bytes>,
+        scratch: &mut BytesMut,
+        trailers: &mut BytesMut,
+    ) -> std::io::Result<()> {
+        if pdus.is_empty() {
+            return Ok(());
+        }
+        let exp = self.session.exp_cmd_sn();
+        let max = self.session.max_cmd_sn();
+        let count = pdus.len();
+        for mut pdu in pdus.drain(..) {
+            stamp(&mut pdu, self.stat_sn, exp, max);
+            if advances_stat_sn(&pdu) {
+                self.stat_sn = self.stat_sn.wrapping_add(1);
+            }
+            let e = self.framer.encode(&pdu, scratch);
+            chunks.push(e.header.clone());
+            if !e.data.is_empty() {
+                chunks.push(e.data.clone());
+            }
+            if !e.trailer().is_empty() {
+                trailers.extend_from_slice(e.trailer());
+                chunks.push(trailers.split().freeze());
+            }
+        }
+        let total: usize = chunks.iter().map(Bytes::len).sum();
+        write_all_vectored(&mut self.socket, chunks).await?;
+        chunks.clear();
+        self.stats.add_out(count, total);
+        Ok(())
+    }
+
+    /// Turns a completed command into Data-In PDUs (the last one carrying status when there is
+    /// no sense: phase collapse, RFC 7143 11.7.4) and, if needed, a SCSI Response.
+    fn lay_out(&self, done: ScsiDone, out: &mut Vec<Pdu>) {
+        let mut data = done.data_in;
+        let (mut overflow, mut underflow, mut residual) = (false, false, 0u32);
+        if done.read {
+            let produced = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            if produced > done.edtl {
+                overflow = true;
+                residual = produced - done.edtl;
+                data.truncate(done.edtl as usize);
+            } else if produced < done.edtl {
+                underflow = true;
+                residual = done.edtl - produced;
+            }
+        } else if done.write {
+            let wanted = done.write_expected.unwrap_or(done.write_received);
+            if wanted > done.edtl {
+                overflow = true;
+                residual = wanted - done.edtl;
+            } else if wanted < done.edtl {
+                underflow = true;
+                residual = done.edtl - wanted;
+            }
+        } else if done.edtl > 0 {
+            // No data phase expected by the CDB but the initiator announced some.
+            let wanted = done.write_expected.unwrap_or(0);
+            if wanted < done.edtl {
+                underflow = true;
+                residual = done.edtl - wanted;
+            }
+        }
+        if !done.read {
+            data.clear();
+        }
+        let collapse = done.sense.is_none() && !data.is_empty();
+        let seg = self.max_xmit.max(512) as usize;
+        let burst = self.max_burst.max(self.max_xmit).max(512) as usize;
+        let total = data.len();
+        let mut offset = 0usize;
+        let mut data_sn = 0u32;
+        while offset < total {
+            let burst_end = ((offset / burst) + 1) * burst;
+            let len = seg.min(total - offset).min(burst_end - offset);
+            let last = offset + len == total;
+            let status_here = last && collapse;
+            out.push(Pdu::DataIn(DataIn {
+                final_bit: last || offset + len == burst_end,
+                status_present: status_here,
+                status: if status_here { done.status } else { 0 },
+                overflow: status_here && overflow,
+                underflow: status_here && underflow,
+                residual: if status_here { residual } else { 0 },
+                lun: if status_here { 0 } else { done.lun },
+                itt: done.itt,
+                ttt: RESERVED_TAG,
+                data_sn,
+                buffer_offset: offset as u32,
+                data: data.slice(offset..offset + len),
+                ..DataIn::default()
+            }));
+            offset += len;
+            data_sn = data_sn.wrapping_add(1);
+        }
+        if collapse {
+            return;
+        }
+        let sense = match done.sense {
+            Some(s) => {
+                let mut b = BytesMut::with_capacity(2 + s.len());
+                b.extend_from_slice(&(s.len() as u16).to_be_bytes());
+                b.extend_from_slice(&s);
+                b.freeze()
+            }
+            None => Bytes::new(),
+        };
+        out.push(Pdu::ScsiResponse(ScsiResponse {
+            overflow,
+            underflow,
+            residual,
+            response: 0,
+            status: done.status,
+            itt: done.itt,
+            exp_data_sn: data_sn.wrapping_add(done.r2t_count),
+            data: sense,
+            ..ScsiResponse::default()
+        }));
+    }
+}
+
+/// Writes every chunk, resuming after partial writes.
+async fn write_all_vectored(socket: &mut OwnedWriteHalf, chunks: &[Bytes]) -> std::io::Result<()> {
+    let mut index = 0;
+    let mut skip = 0;
+    while index < chunks.len() {
+        let mut slices: [IoSlice<'_>; 64] = [IoSlice::new(&[]); 64];
+        let mut n = 0;
+        for (i, c) in chunks.iter().enumerate().skip(index).take(64) {
+            let from = if i == index { skip } else { 0 };
+            slices[n] = IoSlice::new(c.get(from..).unwrap_or_default());
+            n += 1;
+        }
+        let mut written = socket.write_vectored(&slices[..n]).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while index < chunks.len() {
+            let left = chunks[index].len() - skip;
+            if written >= left {
+                written -= left;
+                index += 1;
+                skip = 0;
+            } else {
+                skip += written;
+                break;
+            }
+        }
+    }
+    Ok(())
+}
