@@ -50,7 +50,7 @@ pub(crate) const MAX_CAW_BLOCKS: u32 = 255;
 /// Largest WRITE SAME in blocks.
 pub(crate) const MAX_WRITE_SAME_BLOCKS: u64 = 1 << 20;
 /// Largest UNMAP in blocks and descriptors.
-pub(crate) const MAX_UNMAP_BLOCKS: u32 = 1 << 22;
+pub(crate) const MAX_UNMAP_BLOCKS: u32 = 1 << 20;
 pub(crate) const MAX_UNMAP_DESCRIPTORS: u32 = 256;
 
 /// One emulated SBC direct-access block device.
