@@ -10,5 +10,7 @@ pub mod negotiation;
 pub mod pdu;
 pub mod serial;
 pub mod text;
+pub mod text_exchange;
+pub mod window;
 
 pub use pdu::{Framer, Pdu, PduError};
