@@ -298,12 +298,7 @@ impl Connection {
     }
 
     fn ttt(&mut self) -> u32 {
-        let t = self.next_ttt;
-        self.next_ttt = self.next_ttt.wrapping_add(1);
-        if self.next_ttt == RESERVED_TAG {
-            self.next_ttt = 1;
-        }
-        t
+        next_tag(&mut self.next_ttt)
     }
 
     fn send(&self, pdu: Pdu) {
@@ -445,7 +440,7 @@ impl Connection {
     }
 
     fn start_write(&mut self, c: &ScsiCommand) {
-        let mut w = WriteTransfer::new(
+        let w = WriteTransfer::new(
             c.itt,
             c.lun,
             c.expected_data_length,
@@ -453,21 +448,8 @@ impl Connection {
             c.final_bit,
             self.limits(),
         );
-        let mut r2ts = Vec::new();
-        let mut next = self.next_ttt;
-        w.r2ts(
-            || {
-                let t = next;
-                next = if next.wrapping_add(1) == RESERVED_TAG { 1 } else { next.wrapping_add(1) };
-                t
-            },
-            &mut r2ts,
-        );
-        self.next_ttt = next;
-        for r in r2ts {
-            self.send(Pdu::R2t(r));
-        }
         self.writes.insert(c.itt, PendingWrite { transfer: w, command: None });
+        self.issue_r2ts(c.itt);
     }
 
     fn data_out(&mut self, d: &DataOut) {
@@ -490,21 +472,21 @@ impl Connection {
                 return;
             }
         }
+        self.issue_r2ts(d.itt);
+        self.try_execute_write(d.itt);
+    }
+
+    /// Sends the R2Ts a write may have outstanding now (MaxOutstandingR2T, RFC 7143 13.17).
+    fn issue_r2ts(&mut self, itt: u32) {
+        let Some(PendingWrite { transfer, .. }) = self.writes.get_mut(&itt) else {
+            return;
+        };
         let mut r2ts = Vec::new();
-        let mut next = self.next_ttt;
-        w.r2ts(
-            || {
-                let t = next;
-                next = if next.wrapping_add(1) == RESERVED_TAG { 1 } else { next.wrapping_add(1) };
-                t
-            },
-            &mut r2ts,
-        );
-        self.next_ttt = next;
+        let next = &mut self.next_ttt;
+        transfer.r2ts(|| next_tag(next), &mut r2ts);
         for r in r2ts {
             self.send(Pdu::R2t(r));
         }
-        self.try_execute_write(d.itt);
     }
 
     /// A delivered SCSI command: execute now, or once its data is in.
@@ -669,6 +651,16 @@ struct TextPending {
 struct PendingWrite {
     transfer: WriteTransfer,
     command: Option<(ScsiCommand, Arc<AtomicBool>)>,
+}
+
+/// Hands out Target Transfer Tags, skipping the reserved 0xffffffff (RFC 7143 11.2.1.8) and 0.
+fn next_tag(counter: &mut u32) -> u32 {
+    let t = *counter;
+    *counter = counter.wrapping_add(1);
+    if *counter == RESERVED_TAG || *counter == 0 {
+        *counter = 1;
+    }
+    t
 }
 
 /// The immediate flag and CmdSN of a request that is ordered by CmdSN.
