@@ -152,15 +152,18 @@ pub struct TargetConfig {
     pub max_outstanding_r2t: u16,
 }
 
-/// RFC 7143 13 defaults for the negotiated session and connection keys.
-pub mod rfc7143_defaults {
+/// What lanes offers for the negotiated keys when the configuration says nothing. RFC 7143's
+/// own defaults (8 KiB segments, InitialR2T=Yes, one outstanding R2T) cost a round trip per
+/// write and many PDUs per MiB; these are what fast targets offer. The result of negotiation
+/// is still bounded by what the initiator proposes (RFC 7143 13).
+pub mod offered_defaults {
     pub const MAX_CONNECTIONS: u16 = 32;
-    pub const FIRST_BURST_LENGTH: u32 = 65536;
-    pub const MAX_BURST_LENGTH: u32 = 262144;
-    pub const MAX_RECV_DATA_SEGMENT_LENGTH: u32 = 8192;
+    pub const FIRST_BURST_LENGTH: u32 = 262_144;
+    pub const MAX_BURST_LENGTH: u32 = 1_048_576;
+    pub const MAX_RECV_DATA_SEGMENT_LENGTH: u32 = 262_144;
     pub const IMMEDIATE_DATA: bool = true;
-    pub const INITIAL_R2T: bool = true;
-    pub const MAX_OUTSTANDING_R2T: u16 = 1;
+    pub const INITIAL_R2T: bool = false;
+    pub const MAX_OUTSTANDING_R2T: u16 = 16;
     /// Smallest and largest legal value of the three length keys (RFC 7143 13.12-13.14).
     pub const LENGTH_RANGE: std::ops::RangeInclusive<u32> = 512..=16_777_215;
 }
@@ -168,7 +171,7 @@ pub mod rfc7143_defaults {
 impl TargetConfig {
     /// A target with every setting at its default and no LUNs.
     pub fn with_defaults(name: String, portal_groups: Vec<u16>) -> TargetConfig {
-        use rfc7143_defaults as d;
+        use offered_defaults as d;
         TargetConfig {
             name,
             alias: None,

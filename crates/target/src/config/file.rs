@@ -64,7 +64,7 @@ use toml::Spanned;
 
 use super::error::Location;
 use super::{
-    cli::parse_portal, rfc7143_defaults, AclRule, AluaStateConfig, ChapAlgorithm, ChapConfig,
+    cli::parse_portal, offered_defaults, AclRule, AluaStateConfig, ChapAlgorithm, ChapConfig,
     ConfigError, DigestConfig, LunConfig, PortalGroupConfig, Secret, ServeConfig, TargetConfig,
     DEFAULT_DATA_DIR, DEFAULT_ISCSI_PORT, DEFAULT_NOP_INTERVAL, DEFAULT_NOP_TIMEOUT, MAX_LUN,
 };
@@ -311,7 +311,7 @@ impl Resolver<'_> {
             return Ok(default);
         };
         let bytes = self.size(value, key)?;
-        let range = rfc7143_defaults::LENGTH_RANGE;
+        let range = offered_defaults::LENGTH_RANGE;
         u32::try_from(bytes)
             .ok()
             .filter(|b| range.contains(b))
