@@ -353,7 +353,7 @@ pub(crate) fn encode(pdu: &Pdu, h: &mut Header, ahs: &mut BytesMut) {
                 ahs.put_u8(1);
                 ahs.put_u8(0);
                 ahs.put_slice(ext);
-                while !ahs.len().is_multiple_of(4) {
+                while ahs.len() & 3 != 0 {
                     ahs.put_u8(0);
                 }
             }
