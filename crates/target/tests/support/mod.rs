@@ -303,12 +303,28 @@ impl Conn {
         }
     }
 
-    /// Connects and logs in; panics if the login fails.
+    /// Connects and logs in; panics if the login fails. For a normal session, the power-on
+    /// unit attention is consumed so the first test command sees GOOD status.
     pub fn login_to(addr: SocketAddr, opts: &LoginOpts) -> Conn {
         let mut c = Conn::connect(addr);
         c.login(opts)
             .unwrap_or_else(|e| panic!("login to {addr} failed: {e:?}"));
+        if opts.target.is_some() {
+            c.clear_unit_attentions();
+        }
         c
+    }
+
+    /// TEST UNIT READY until GOOD (each pending unit attention is reported once).
+    pub fn clear_unit_attentions(&mut self) {
+        for _ in 0..8 {
+            let (status, sense) = self.tur();
+            if status == 0 {
+                return;
+            }
+            assert_eq!(sense.map(|s| s.0), Some(6), "only unit attentions expected");
+        }
+        panic!("unit attentions never cleared");
     }
 
     pub fn itt(&mut self) -> u32 {
