@@ -16,3 +16,226 @@ fn write_then_read_with_immediate_data() {
     assert_eq!(w.r2ts, 0, "all data went as immediate data");
     assert_eq!(c.read10(10, 8), data);
 }
+
+#[test]
+fn write_through_r2t_when_initial_r2t_is_required() {
+    let server = TestServer::simple("initial-r2t = true\nimmediate-data = false");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert!(c.initial_r2t && !c.immediate_data, "{:?}", c.negotiated);
+    let data = pattern(2, 64 * 1024);
+    let w = c.write10(100, &data);
+    assert!(w.r2ts >= 1, "the target asked for the data with R2T");
+    assert_eq!(c.read10(100, 128), data);
+}
+
+#[test]
+fn unsolicited_data_out_then_r2t_for_the_rest() {
+    let server = TestServer::simple("initial-r2t = false\nfirst-burst-length = \"16K\"");
+    let opts = LoginOpts {
+        initial_r2t: false,
+        first_burst: 16384,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert!(!c.initial_r2t, "{:?}", c.negotiated);
+    assert_eq!(c.first_burst, 16384);
+    let data = pattern(3, 96 * 1024);
+    let w = c.write10(300, &data);
+    assert!(w.r2ts >= 1, "data beyond FirstBurstLength needs R2T");
+    assert_eq!(c.read10(300, 192), data);
+}
+
+#[test]
+fn multi_pdu_data_in_with_small_max_recv_data_segment_length() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        max_recv: 4096,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    let data = pattern(4, 64 * 1024);
+    c.write10(500, &data);
+    let r = c.scsi(&cdb_read10(500, 128), 64 * 1024, None).unwrap();
+    assert_eq!(r.status, 0);
+    assert!(r.data_in_pdus >= 16, "{} Data-In PDUs of at most 4096 bytes", r.data_in_pdus);
+    assert_eq!(r.data, data);
+}
+
+#[test]
+fn header_and_data_digests_crc32c() {
+    let server = TestServer::simple("header-digest = \"CRC32C,None\"\ndata-digest = \"CRC32C,None\"");
+    let opts = LoginOpts {
+        header_digest: true,
+        data_digest: true,
+        max_recv: 4096,
+        initial_r2t: true,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert!(c.framer.header_digest && c.framer.data_digest, "{:?}", c.negotiated);
+    let data = pattern(5, 48 * 1024);
+    c.write10(700, &data);
+    assert_eq!(c.read10(700, 96), data);
+    assert_eq!(&c.ping(b"digest ping").unwrap()[..], b"digest ping");
+}
+
+#[test]
+fn read_residuals_overflow_and_underflow() {
+    let server = TestServer::simple("");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let data = pattern(6, 4096);
+    c.write10(900, &data);
+    // EDTL smaller than the 8 blocks the CDB asks for: overflow (RFC 7143 11.4.5.1).
+    let r = c.scsi(&cdb_read10(900, 8), 2048, None).unwrap();
+    assert_eq!(r.status, 0);
+    assert!(r.overflow && !r.underflow, "{r:?}");
+    assert_eq!(r.residual, 2048);
+    assert_eq!(r.data, data[..2048]);
+    // EDTL larger: underflow, residual = EDTL - transferred.
+    let r = c.scsi(&cdb_read10(900, 8), 8192, None).unwrap();
+    assert_eq!(r.status, 0);
+    assert!(r.underflow && !r.overflow, "{r:?}");
+    assert_eq!(r.residual, 4096);
+    assert_eq!(r.data, data);
+}
+
+#[test]
+fn command_beyond_max_cmd_sn_is_ignored_but_connection_keeps_working() {
+    let server = TestServer::simple("");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let far = c.max_cmd_sn.wrapping_add(1000);
+    let stray_itt = 0x7777_0001;
+    c.send_scsi(stray_itt, far, 0, &cdb_read10(0, 1), 512, None);
+    let data = pattern(7, 2048);
+    c.write10(40, &data);
+    assert_eq!(c.read10(40, 4), data);
+    // Nothing ever answers the out-of-window command.
+    match c.recv_timeout(std::time::Duration::from_secs(2)) {
+        Err(e) if e == "timeout" => {}
+        other => panic!("expected silence for the out-of-window command, got {other:?}"),
+    }
+}
+
+#[test]
+fn abort_task_of_unknown_task() {
+    let server = TestServer::simple("");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    c.write10(0, &pattern(8, 512));
+    // RFC 7143 11.5.1 c): RefCmdSN outside the window -> "task does not exist".
+    let far = c.cmd_sn.wrapping_add(100_000);
+    assert_eq!(
+        c.tmf(tmf::ABORT_TASK, 0, 0xdead_0001, far),
+        tmf_response::TASK_DOES_NOT_EXIST
+    );
+    // 11.5.1 b): RefCmdSN in the window and below the TMF's CmdSN -> "function complete".
+    let recent = c.cmd_sn.wrapping_sub(1);
+    assert_eq!(
+        c.tmf(tmf::ABORT_TASK, 0, 0xdead_0002, recent),
+        tmf_response::COMPLETE
+    );
+    // The session still works.
+    assert_eq!(c.tur().0, 0);
+}
+
+#[test]
+fn lun_reset_raises_unit_attention_on_every_session() {
+    let server = TestServer::simple("");
+    let mut a = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let mut b = Conn::login_to(
+        server.addr(),
+        &LoginOpts {
+            isid: [0x80, 0, 0, 0x12, 0x34, 0x02],
+            ..LoginOpts::normal()
+        },
+    );
+    assert_eq!(a.tmf(tmf::LOGICAL_UNIT_RESET, 0, RESERVED_TAG, 0), tmf_response::COMPLETE);
+    for (name, c) in [("resetting session", &mut a), ("other session", &mut b)] {
+        let (status, sense) = c.tur();
+        assert_eq!(status, 2, "{name}: CHECK CONDITION after LUN RESET");
+        assert_eq!(sense, Some((6, 0x29, 0x03)), "{name}: UNIT ATTENTION 29/03");
+        assert_eq!(c.tur().0, 0, "{name}: reported once");
+    }
+}
+
+fn mcs_toml() -> String {
+    format!(
+        r#"
+[server]
+data-dir = "{{dir}}/data"
+
+[[portal-group]]
+tag = 1
+portals = ["127.0.0.1:0", "127.0.0.2:0"]
+
+[[target]]
+name = "{TARGET}"
+max-connections = 4
+
+[[target.lun]]
+path = "{{dir}}/disk0.img"
+size = "16M"
+"#
+    )
+}
+
+#[test]
+fn mcs_two_connections_execute_in_cmd_sn_order() {
+    let server = TestServer::start(&mcs_toml());
+    assert_eq!(server.portals.len(), 2);
+    let mut a = Conn::login_to(server.portals[0].1, &LoginOpts::normal());
+    let opts_b = LoginOpts {
+        tsih: a.tsih,
+        cid: 2,
+        cmd_sn: a.cmd_sn,
+        ..LoginOpts::normal()
+    };
+    let mut b = Conn::connect(server.portals[1].1);
+    b.login(&opts_b).expect("second connection joins the session");
+    assert_eq!(b.tsih, a.tsih);
+
+    // CmdSN N+1 on B arrives before N on A; both write LBA 2000. In CmdSN order, B's data wins.
+    let n = a.cmd_sn;
+    let first = pattern(9, 4096);
+    let second = pattern(10, 4096);
+    b.send_scsi(0xb001, n.wrapping_add(1), 0, &cdb_write10(2000, 8, 0), 4096, Some(&second));
+    // B's command must wait for N: nothing may come back yet.
+    match b.recv_timeout(std::time::Duration::from_secs(1)) {
+        Err(e) if e == "timeout" => {}
+        other => panic!("CmdSN N+1 answered before N arrived: {other:?}"),
+    }
+    a.send_scsi(0xa001, n, 0, &cdb_write10(2000, 8, 0), 4096, Some(&first));
+    let ra = a.complete_scsi(0xa001, Some(&first)).unwrap();
+    let rb = b.complete_scsi(0xb001, Some(&second)).unwrap();
+    assert_eq!((ra.status, rb.status), (0, 0));
+    a.cmd_sn = n.wrapping_add(2);
+    assert_eq!(a.read10(2000, 8), second, "N+1 executed after N");
+
+    // Alternate connections with consecutive CmdSNs.
+    let mut sn = a.cmd_sn;
+    for i in 0..10u32 {
+        let c = if i % 2 == 0 { &mut a } else { &mut b };
+        c.cmd_sn = sn;
+        let d = pattern(100 + u64::from(i), 1024);
+        c.write10(3000 + i * 2, &d);
+        sn = c.cmd_sn;
+        let other = if i % 2 == 0 { &mut b } else { &mut a };
+        other.cmd_sn = sn;
+        assert_eq!(other.read10(3000 + i * 2, 2), d, "written on one, read on the other");
+        sn = other.cmd_sn;
+    }
+
+    // Close B; A keeps the session.
+    b.cmd_sn = sn;
+    assert_eq!(b.logout(1, 2), 0, "connection logout");
+    sn = b.cmd_sn;
+    assert!(b.wait_closed(TIMEOUT).0, "B closed after logout");
+    a.cmd_sn = sn;
+    let d = pattern(11, 2048);
+    a.write10(4000, &d);
+    assert_eq!(a.read10(4000, 4), d);
+}
