@@ -30,7 +30,7 @@ pub(crate) fn missing_lun_inquiry(evpd: bool, alloc: u32, out: &mut BytesMut) {
     put_truncated(out, if evpd { &b[..4] } else { &b }, alloc);
 }
 
-const VPD_PAGES: [u8; 7] = [0x00, 0x80, 0x83, 0x86, 0xB0, 0xB1, 0xB2];
+const VPD_PAGES: [u8; 8] = [0x00, 0x80, 0x83, 0x86, 0x8F, 0xB0, 0xB1, 0xB2];
 
 impl LogicalUnit {
     pub(crate) fn inquiry(
@@ -62,6 +62,18 @@ impl LogicalUnit {
                 if let Some(b) = body.get_mut(3) {
                     *b = 0x01;
                 }
+            }
+            0x8F => {
+                // Third-party copy: supported commands descriptor (SPC-4 7.8.17.3).
+                let cmds: [u8; 7] = [0x83, 1, 0x00, 0x84, 2, 0x00, 0x03];
+                let mut d = vec![0x00, 0x01, 0, 0, cmds.len() as u8];
+                d.extend_from_slice(&cmds);
+                while d.len() & 3 != 0 {
+                    d.push(0);
+                }
+                let dlen = (d.len() - 4) as u16;
+                crate::put(&mut d, 2, &dlen.to_be_bytes());
+                body.extend_from_slice(&d);
             }
             0xB0 => self.block_limits(&mut body),
             0xB1 => {

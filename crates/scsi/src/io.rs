@@ -263,6 +263,11 @@ impl LogicalUnit {
         }
         self.check_range(r.lba, u64::from(r.blocks))?;
         if r.blocks == 0 {
+            // Zero blocks transfers nothing; data-out with it means the CDB is wrong (e.g. a
+            // 256-block request that wrapped the one-byte field).
+            if req.data_out.iter().any(|b| !b.is_empty()) {
+                return Err(Sense::invalid_cdb(13, None));
+            }
             return Ok(());
         }
         let len = u64::from(r.blocks) * self.bs();

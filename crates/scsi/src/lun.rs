@@ -48,7 +48,7 @@ pub(crate) const MAX_TRANSFER_BYTES: u64 = 8 << 20;
 /// Largest COMPARE AND WRITE in blocks.
 pub(crate) const MAX_CAW_BLOCKS: u32 = 255;
 /// Largest WRITE SAME in blocks.
-pub(crate) const MAX_WRITE_SAME_BLOCKS: u64 = 1 << 20;
+pub(crate) const MAX_WRITE_SAME_BLOCKS: u64 = 0xFFFF;
 /// Largest UNMAP in blocks and descriptors.
 pub(crate) const MAX_UNMAP_BLOCKS: u32 = 1 << 20;
 pub(crate) const MAX_UNMAP_DESCRIPTORS: u32 = 256;
@@ -323,7 +323,7 @@ impl LogicalUnit {
                 action,
                 list_id,
                 alloc,
-            } => self.receive_copy_results(action, list_id, alloc, out)?,
+            } => self.receive_copy_results(req.nexus.id, action, list_id, alloc, out)?,
         }
         Ok(status::GOOD)
     }

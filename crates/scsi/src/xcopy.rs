@@ -19,7 +19,7 @@ const CSCD_LEN: usize = 32;
 /// Results of finished copies, by list identifier (for COPY STATUS).
 #[derive(Default)]
 pub(crate) struct CopyManager {
-    results: Mutex<HashMap<u8, (bool, u16, u64)>>,
+    results: Mutex<HashMap<(u64, u8), (bool, u16, u64)>>,
 }
 
 fn copy_aborted(asc: u8, ascq: u8) -> Sense {
@@ -134,16 +134,17 @@ impl LogicalUnit {
             done_segments += 1;
         }
         if usage != 3 {
-            self.copy
-                .results
-                .lock()
-                .insert(list_id, (result.is_ok(), done_segments, bytes));
+            self.copy.results.lock().insert(
+                (req.nexus.id, list_id),
+                (result.is_ok(), done_segments, bytes),
+            );
         }
         result
     }
 
     pub(crate) fn receive_copy_results(
         &self,
+        nexus: u64,
         action: u8,
         list_id: u8,
         alloc: u32,
@@ -170,7 +171,7 @@ impl LogicalUnit {
                 b.extend_from_slice(&codes);
             }
             0 => {
-                let r = self.copy.results.lock().get(&list_id).copied();
+                let r = self.copy.results.lock().remove(&(nexus, list_id));
                 let Some((ok, segs, bytes)) = r else {
                     return Err(Sense::invalid_cdb(2, None));
                 };
