@@ -16,10 +16,13 @@ const MAX_SEGMENT_BYTES: u32 = 64 << 20;
 const HEADER: usize = 16;
 const CSCD_LEN: usize = 32;
 
-/// Results of finished copies, by list identifier (for COPY STATUS).
+/// Outcome of one finished copy: success, segments processed, bytes copied.
+type CopyResult = (bool, u16, u64);
+
+/// Results of finished copies, by (nexus, list identifier) (for COPY STATUS).
 #[derive(Default)]
 pub(crate) struct CopyManager {
-    results: Mutex<HashMap<(u64, u8), (bool, u16, u64)>>,
+    results: Mutex<HashMap<(u64, u8), CopyResult>>,
 }
 
 fn copy_aborted(asc: u8, ascq: u8) -> Sense {
