@@ -107,7 +107,11 @@ pub fn handle(
             for s in sessions_of_target(server, session) {
                 collect(&s, &|_, t| lun_number(t.lun) == lun);
             }
-            let _ = target.luns.lun_reset(lun, &session.nexus);
+            // SAM-5 6.3: a logical unit reset raises 29/03 on every I_T nexus, the one that
+            // asked included (libiscsi's MultipathIO.Reset checks every path).
+            if let Some(lu) = target.luns.get(lun) {
+                lu.lun_reset(None);
+            }
             tmf_response::COMPLETE
         }
         tmf::TARGET_WARM_RESET | tmf::TARGET_COLD_RESET => {
