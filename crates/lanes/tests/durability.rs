@@ -30,7 +30,14 @@ impl Drop for Served {
 fn serve(dir: &Path) -> Served {
     let lun = format!("{},size=64M", dir.join("disk.img").display());
     let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args(["serve", "--portal", "127.0.0.1:0", "--lun", &lun, "--data-dir"])
+        .args([
+            "serve",
+            "--portal",
+            "127.0.0.1:0",
+            "--lun",
+            &lun,
+            "--data-dir",
+        ])
         .arg(dir.join("data"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -93,7 +100,11 @@ fn check_after_kill(dir: &Path, base: u32, how: &dyn Fn(&mut Conn, u32, &[u8])) 
     }
     drop(s); // SIGKILL
     for (lba, d) in &acked {
-        assert_eq!(&file_blocks(dir, *lba, d.len()), d, "backing file lba {lba}");
+        assert_eq!(
+            &file_blocks(dir, *lba, d.len()),
+            d,
+            "backing file lba {lba}"
+        );
     }
     let s = serve(dir);
     let mut c = login(&s);
@@ -123,7 +134,12 @@ fn synchronize_cache_makes_writes_survive_kill_9() {
 /// Turns WCE off in the caching mode page (0x08) with MODE SELECT(10) and checks it took.
 fn disable_write_cache(c: &mut Conn) {
     let r = c.scsi(&cdb_mode_sense10(0x08, 255), 255, None).unwrap();
-    assert_eq!(r.status, 0, "MODE SENSE caching page {:?}", r.sense_triplet());
+    assert_eq!(
+        r.status,
+        0,
+        "MODE SENSE caching page {:?}",
+        r.sense_triplet()
+    );
     let bd_len = usize::from(u16::from_be_bytes([r.data[6], r.data[7]]));
     let page = r.data[8 + bd_len..].to_vec();
     assert_eq!(page[0] & 0x3f, 0x08, "caching page");
@@ -134,7 +150,11 @@ fn disable_write_cache(c: &mut Conn) {
     p[2] &= !0x04; // WCE off
     param.extend_from_slice(&p);
     let r = c
-        .scsi(&cdb_mode_select10(param.len() as u16), param.len() as u32, Some(&param))
+        .scsi(
+            &cdb_mode_select10(param.len() as u16),
+            param.len() as u32,
+            Some(&param),
+        )
         .unwrap();
     assert_eq!(r.status, 0, "MODE SELECT {:?}", r.sense_triplet());
     let r = c.scsi(&cdb_mode_sense10(0x08, 255), 255, None).unwrap();
@@ -159,7 +179,11 @@ fn writes_with_write_cache_disabled_survive_kill_9() {
     }
     drop(s);
     for (lba, d) in &acked {
-        assert_eq!(&file_blocks(dir.path(), *lba, d.len()), d, "backing file lba {lba}");
+        assert_eq!(
+            &file_blocks(dir.path(), *lba, d.len()),
+            d,
+            "backing file lba {lba}"
+        );
     }
     let s = serve(dir.path());
     let mut c = login(&s);
@@ -177,17 +201,26 @@ fn lanes_status_lists_sessions_and_connections() {
     }
     let run = |json: bool| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanes"));
-        cmd.arg("status").arg("--socket").arg(server.status_socket());
+        cmd.arg("status")
+            .arg("--socket")
+            .arg(server.status_socket());
         if json {
             cmd.arg("--json");
         }
         let out = cmd.output().expect("lanes status");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let table = run(false);
     assert!(table.contains(INITIATOR), "{table}");
-    assert!(table.contains(&server.addr().to_string()), "portal shown: {table}");
+    assert!(
+        table.contains(&server.addr().to_string()),
+        "portal shown: {table}"
+    );
     let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
     let sessions = v["sessions"].as_array().expect("sessions array");
     assert_eq!(sessions.len(), 1, "{v}");

@@ -62,13 +62,18 @@ fn multi_pdu_data_in_with_small_max_recv_data_segment_length() {
     c.write10(500, &data);
     let r = c.scsi(&cdb_read10(500, 128), 64 * 1024, None).unwrap();
     assert_eq!(r.status, 0);
-    assert!(r.data_in_pdus >= 16, "{} Data-In PDUs of at most 4096 bytes", r.data_in_pdus);
+    assert!(
+        r.data_in_pdus >= 16,
+        "{} Data-In PDUs of at most 4096 bytes",
+        r.data_in_pdus
+    );
     assert_eq!(r.data, data);
 }
 
 #[test]
 fn header_and_data_digests_crc32c() {
-    let server = TestServer::simple("header-digest = \"CRC32C,None\"\ndata-digest = \"CRC32C,None\"");
+    let server =
+        TestServer::simple("header-digest = \"CRC32C,None\"\ndata-digest = \"CRC32C,None\"");
     let opts = LoginOpts {
         header_digest: true,
         data_digest: true,
@@ -77,7 +82,11 @@ fn header_and_data_digests_crc32c() {
         ..LoginOpts::normal()
     };
     let mut c = Conn::login_to(server.addr(), &opts);
-    assert!(c.framer.header_digest && c.framer.data_digest, "{:?}", c.negotiated);
+    assert!(
+        c.framer.header_digest && c.framer.data_digest,
+        "{:?}",
+        c.negotiated
+    );
     let data = pattern(5, 48 * 1024);
     c.write10(700, &data);
     assert_eq!(c.read10(700, 96), data);
@@ -132,14 +141,30 @@ fn abort_task_of_unknown_task() {
         c.tmf(tmf::ABORT_TASK, 0, 0xdead_0001, far),
         tmf_response::TASK_DOES_NOT_EXIST
     );
-    // 11.5.1 b): RefCmdSN in the window and below the TMF's CmdSN -> "function complete".
-    let recent = c.cmd_sn.wrapping_sub(1);
+    // A completed command's CmdSN is below ExpCmdSN, outside the window: "does not exist".
+    let done = c.cmd_sn.wrapping_sub(1);
     assert_eq!(
-        c.tmf(tmf::ABORT_TASK, 0, 0xdead_0002, recent),
-        tmf_response::COMPLETE
+        c.tmf(tmf::ABORT_TASK, 0, 0xdead_0002, done),
+        tmf_response::TASK_DOES_NOT_EXIST
     );
     // The session still works.
     assert_eq!(c.tur().0, 0);
+    // 11.5.1 b): RefCmdSN in the window (a CmdSN hole) and below the TMF's CmdSN -> "function
+    // complete". CmdSN N is never sent, N+1 is parked behind it, the TMF carries N+2.
+    let n = c.cmd_sn;
+    c.send_scsi(
+        0xdead_0003,
+        n.wrapping_add(1),
+        0,
+        &cdb_read10(0, 1),
+        512,
+        None,
+    );
+    c.cmd_sn = n.wrapping_add(2);
+    assert_eq!(
+        c.tmf(tmf::ABORT_TASK, 0, 0xdead_0004, n),
+        tmf_response::COMPLETE
+    );
 }
 
 #[test]
@@ -153,7 +178,10 @@ fn lun_reset_raises_unit_attention_on_every_session() {
             ..LoginOpts::normal()
         },
     );
-    assert_eq!(a.tmf(tmf::LOGICAL_UNIT_RESET, 0, RESERVED_TAG, 0), tmf_response::COMPLETE);
+    assert_eq!(
+        a.tmf(tmf::LOGICAL_UNIT_RESET, 0, RESERVED_TAG, 0),
+        tmf_response::COMPLETE
+    );
     for (name, c) in [("resetting session", &mut a), ("other session", &mut b)] {
         let (status, sense) = c.tur();
         assert_eq!(status, 2, "{name}: CHECK CONDITION after LUN RESET");
@@ -195,14 +223,22 @@ fn mcs_two_connections_execute_in_cmd_sn_order() {
         ..LoginOpts::normal()
     };
     let mut b = Conn::connect(server.portals[1].1);
-    b.login(&opts_b).expect("second connection joins the session");
+    b.login(&opts_b)
+        .expect("second connection joins the session");
     assert_eq!(b.tsih, a.tsih);
 
     // CmdSN N+1 on B arrives before N on A; both write LBA 2000. In CmdSN order, B's data wins.
     let n = a.cmd_sn;
     let first = pattern(9, 4096);
     let second = pattern(10, 4096);
-    b.send_scsi(0xb001, n.wrapping_add(1), 0, &cdb_write10(2000, 8, 0), 4096, Some(&second));
+    b.send_scsi(
+        0xb001,
+        n.wrapping_add(1),
+        0,
+        &cdb_write10(2000, 8, 0),
+        4096,
+        Some(&second),
+    );
     // B's command must wait for N: nothing may come back yet.
     match b.recv_timeout(std::time::Duration::from_secs(1)) {
         Err(e) if e == "timeout" => {}
@@ -225,7 +261,11 @@ fn mcs_two_connections_execute_in_cmd_sn_order() {
         sn = c.cmd_sn;
         let other = if i % 2 == 0 { &mut b } else { &mut a };
         other.cmd_sn = sn;
-        assert_eq!(other.read10(3000 + i * 2, 2), d, "written on one, read on the other");
+        assert_eq!(
+            other.read10(3000 + i * 2, 2),
+            d,
+            "written on one, read on the other"
+        );
         sn = other.cmd_sn;
     }
 
@@ -238,4 +278,17 @@ fn mcs_two_connections_execute_in_cmd_sn_order() {
     let d = pattern(11, 2048);
     a.write10(4000, &d);
     assert_eq!(a.read10(4000, 4), d);
+}
+
+/// README/config: `nop-interval = "0s"` turns NOP-In pings off.
+#[test]
+#[ignore = "bug: connection.rs Connection::serve pings every 100 ms when nop_interval is 0 instead of never"]
+fn nop_interval_zero_disables_pings() {
+    let toml = simple_toml("").replace("nop-interval = \"30s\"", "nop-interval = \"0s\"");
+    let server = TestServer::start(&toml);
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    match c.recv_raw(std::time::Duration::from_millis(1500)) {
+        Err(e) if e == "timeout" => {}
+        other => panic!("nop-interval 0s, yet the target sent {other:?}"),
+    }
 }

@@ -104,7 +104,10 @@ fn single_session_per_initiator_when_multiple_sessions_are_off() {
 fn initiator_outside_the_acl_gets_authorization_failure() {
     let server = TestServer::simple(&format!("acl = [\"{OTHER_INITIATOR}\"]"));
     let mut c = Conn::connect(server.addr());
-    assert_eq!(c.login(&LoginOpts::normal()).unwrap_err(), LoginError::Status(2, 2));
+    assert_eq!(
+        c.login(&LoginOpts::normal()).unwrap_err(),
+        LoginError::Status(2, 2)
+    );
     assert!(c.wait_closed(TIMEOUT).0);
     Conn::login_to(
         server.addr(),
@@ -155,13 +158,21 @@ fn chap_wrong_secret_fails_with_0201_and_closes() {
     let server = chap_server();
     for algorithm in [5u8, 7] {
         let mut c = Conn::connect(server.addr());
-        let err = c.login(&chap(algorithm, "not-the-right-secret", false)).unwrap_err();
+        let err = c
+            .login(&chap(algorithm, "not-the-right-secret", false))
+            .unwrap_err();
         assert_eq!(err, LoginError::Status(2, 1), "CHAP_A={algorithm}");
-        assert!(c.wait_closed(TIMEOUT).0, "connection closed after failed CHAP");
+        assert!(
+            c.wait_closed(TIMEOUT).0,
+            "connection closed after failed CHAP"
+        );
     }
     // Without CHAP at all: refused too.
     let mut c = Conn::connect(server.addr());
-    assert!(matches!(c.login(&LoginOpts::normal()), Err(LoginError::Status(2, _))));
+    assert!(matches!(
+        c.login(&LoginOpts::normal()),
+        Err(LoginError::Status(2, _))
+    ));
 }
 
 #[test]
@@ -171,8 +182,9 @@ fn secrets_do_not_appear_in_config_debug_output() {
         "[target.chap]\nuser = \"host1\"\nsecret = \"{CHAP_SECRET}\"\nmutual-user = \"lanes\"\nmutual-secret = \"{MUTUAL_SECRET}\"\n"
     ))
     .replace("{dir}", &dir.path().display().to_string());
-    let config = lanes_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("x.toml"))
-        .unwrap();
+    let config =
+        lanes_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("x.toml"))
+            .unwrap();
     let debug = format!("{config:?} {config:#?}");
     assert!(debug.contains("host1"), "the user is shown");
     assert!(!debug.contains(CHAP_SECRET), "secret leaked: {debug}");

@@ -44,7 +44,9 @@ fn data_segment_longer_than_max_recv_data_segment_length() {
         "oversized segment neither rejected nor closed: {seen:?}"
     );
     assert!(
-        !seen.iter().any(|p| matches!(p, Pdu::NopIn(n) if n.itt == 0x1234)),
+        !seen
+            .iter()
+            .any(|p| matches!(p, Pdu::NopIn(n) if n.itt == 0x1234)),
         "oversized ping answered"
     );
     assert_alive(&server, 16, &data);
@@ -132,7 +134,11 @@ fn bad_data_digest_on_write_is_rejected_and_nothing_is_written() {
     }
     // The rejected command consumed no CmdSN (RFC 7143 7.8): reuse it for a read.
     c.cmd_sn = cmd_sn;
-    assert_eq!(c.read10(64, 8), before, "a PDU with a bad data digest wrote data");
+    assert_eq!(
+        c.read10(64, 8),
+        before,
+        "a PDU with a bad data digest wrote data"
+    );
 }
 
 #[test]
@@ -154,7 +160,11 @@ fn data_out_for_unknown_itt_is_rejected() {
     let d = pattern(33, 512);
     c.write10(1, &d);
     assert_eq!(c.read10(1, 1), d);
-    assert_eq!(c.read10(0, 1), vec![0u8; 512], "stray Data-Out wrote nothing");
+    assert_eq!(
+        c.read10(0, 1),
+        vec![0u8; 512],
+        "stray Data-Out wrote nothing"
+    );
 }
 
 #[test]
@@ -172,7 +182,9 @@ fn garbage_before_login_closes_the_connection() {
         let (closed, seen) = c.wait_closed(TIMEOUT);
         assert!(closed, "string {i}: connection not closed");
         assert!(
-            !seen.iter().any(|p| matches!(p, Pdu::LoginResponse(r) if r.status_class == 0)),
+            !seen
+                .iter()
+                .any(|p| matches!(p, Pdu::LoginResponse(r) if r.status_class == 0)),
             "string {i}: garbage got a successful login response"
         );
     }
@@ -226,7 +238,8 @@ fn random_bytes_after_login_do_not_disturb_a_healthy_connection() {
                 ..LoginOpts::normal()
             };
             let mut c = Conn::connect(addr);
-            c.login(&opts).unwrap_or_else(|e| panic!("fuzz login {logins}: {e:?}"));
+            c.login(&opts)
+                .unwrap_or_else(|e| panic!("fuzz login {logins}: {e:?}"));
             logins += 1;
             fuzz = Some(c);
         }

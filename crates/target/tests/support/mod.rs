@@ -67,11 +67,9 @@ impl TestServer {
     pub fn start(toml: &str) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let text = toml.replace("{dir}", &dir.path().display().to_string());
-        let config = lanes_target::config::ServeConfig::from_toml_str(
-            &text,
-            &dir.path().join("lanes.toml"),
-        )
-        .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let config =
+            lanes_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("lanes.toml"))
+                .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -490,7 +488,11 @@ impl Conn {
             .map_err(|e| LoginError::Other(format!("send: {e}")))?;
         let resp = match self.recv_raw(TIMEOUT) {
             Ok(Pdu::LoginResponse(r)) => r,
-            Ok(other) => return Err(LoginError::Other(format!("not a login response: {other:?}"))),
+            Ok(other) => {
+                return Err(LoginError::Other(format!(
+                    "not a login response: {other:?}"
+                )))
+            }
             Err(e) => return Err(LoginError::Other(e)),
         };
         self.exp_stat_sn = resp.stat_sn.wrapping_add(1);
@@ -527,17 +529,16 @@ impl Conn {
             None => first.push(kv("SessionType", "Discovery")),
         }
         let value = |pairs: &[(String, String)], key: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
+            pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
         };
         match &opts.chap {
             None => {
                 first.push(kv("AuthMethod", "None"));
                 let (resp, _) = self.login_pdu(opts, 0, true, 1, &first)?;
                 if !resp.transit {
-                    return Err(LoginError::Other("target did not allow T=1 to stage 1".into()));
+                    return Err(LoginError::Other(
+                        "target did not allow T=1 to stage 1".into(),
+                    ));
                 }
             }
             Some(chap) => {
@@ -585,7 +586,9 @@ impl Conn {
                     }
                 }
                 if !resp.transit {
-                    return Err(LoginError::Other("target did not leave security stage".into()));
+                    return Err(LoginError::Other(
+                        "target did not leave security stage".into(),
+                    ));
                 }
             }
         }
@@ -626,7 +629,10 @@ impl Conn {
             .get("TargetPortalGroupTag")
             .and_then(|v| v.parse().ok());
         let k = &self.negotiated.keys;
-        let hd = k.get("HeaderDigest").map(|v| v == "CRC32C").unwrap_or(false);
+        let hd = k
+            .get("HeaderDigest")
+            .map(|v| v == "CRC32C")
+            .unwrap_or(false);
         let dd = k.get("DataDigest").map(|v| v == "CRC32C").unwrap_or(false);
         self.max_xmit = k
             .get("MaxRecvDataSegmentLength")
@@ -654,7 +660,12 @@ impl Conn {
     // ---- full-feature requests ----
 
     /// Sends a SCSI command with the next CmdSN and runs it to completion.
-    pub fn scsi(&mut self, cdb: &[u8], edtl: u32, write: Option<&[u8]>) -> Result<ScsiResult, String> {
+    pub fn scsi(
+        &mut self,
+        cdb: &[u8],
+        edtl: u32,
+        write: Option<&[u8]>,
+    ) -> Result<ScsiResult, String> {
         let cmd_sn = self.cmd_sn;
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         let itt = self.itt();
@@ -707,12 +718,27 @@ impl Conn {
         });
         self.send(&cmd);
         if unsolicited_end > imm_len {
-            self.send_data_out(itt, lun, RESERVED_TAG, data, imm_len, unsolicited_end - imm_len);
+            self.send_data_out(
+                itt,
+                lun,
+                RESERVED_TAG,
+                data,
+                imm_len,
+                unsolicited_end - imm_len,
+            );
         }
     }
 
     /// Sends `len` bytes of `data` from `offset` as a Data-Out sequence.
-    pub fn send_data_out(&mut self, itt: u32, lun: u64, ttt: u32, data: &[u8], offset: usize, len: usize) {
+    pub fn send_data_out(
+        &mut self,
+        itt: u32,
+        lun: u64,
+        ttt: u32,
+        data: &[u8],
+        offset: usize,
+        len: usize,
+    ) {
         let end = offset + len;
         let mut off = offset;
         let mut data_sn = 0;
@@ -794,9 +820,18 @@ impl Conn {
 
     pub fn write10_flags(&mut self, lba: u32, data: &[u8], byte1: u8) -> ScsiResult {
         let r = self
-            .scsi(&cdb_write10(lba, (data.len() / 512) as u16, byte1), data.len() as u32, Some(data))
+            .scsi(
+                &cdb_write10(lba, (data.len() / 512) as u16, byte1),
+                data.len() as u32,
+                Some(data),
+            )
             .unwrap_or_else(|e| panic!("WRITE(10) lba {lba}: {e}"));
-        assert_eq!(r.status, 0, "WRITE(10) lba {lba} status, sense {:?}", r.sense_triplet());
+        assert_eq!(
+            r.status,
+            0,
+            "WRITE(10) lba {lba} status, sense {:?}",
+            r.sense_triplet()
+        );
         r
     }
 
@@ -804,7 +839,12 @@ impl Conn {
         let r = self
             .scsi(&cdb_read10(lba, blocks), u32::from(blocks) * 512, None)
             .unwrap_or_else(|e| panic!("READ(10) lba {lba}: {e}"));
-        assert_eq!(r.status, 0, "READ(10) lba {lba} status, sense {:?}", r.sense_triplet());
+        assert_eq!(
+            r.status,
+            0,
+            "READ(10) lba {lba} status, sense {:?}",
+            r.sense_triplet()
+        );
         r.data
     }
 
