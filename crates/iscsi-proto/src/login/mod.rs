@@ -129,6 +129,9 @@ pub struct LoginOutcome {
     /// The TSIH the initiator requested (0 = new session).
     pub tsih: u16,
     pub cid: u16,
+    /// On a non-leading connection (tsih != 0) only the identity fields are meaningful: the
+    /// session-wide values were settled by the leading login and leading-only keys were
+    /// answered Irrelevant here.
     pub session: SessionParams,
     pub connection: ConnectionParams,
     /// CHAP_N of an initiator that authenticated with CHAP.

@@ -9,7 +9,8 @@ use crate::text::{self, TextBuilder, IRRELEVANT, NOT_UNDERSTOOD, REJECT};
 #[derive(Debug, Clone)]
 pub struct Negotiator {
     defaults: TargetDefaults,
-    /// False on a connection added to an existing session (TSIH != 0, RFC 7143 5.3.3? "MC/S").
+    /// False on a connection added to an existing session (TSIH != 0): leading-only keys do not
+    /// apply there.
     leading: bool,
     session: SessionParams,
     connection: ConnectionParams,
@@ -62,7 +63,7 @@ impl Negotiator {
     }
 
     /// Handles the identity declarations (InitiatorName, InitiatorAlias, TargetName,
-    /// SessionType) of one request. Called before [`negotiate`] so that SessionType is known
+    /// SessionType) of one request. Called before [`Self::negotiate`] so that SessionType is known
     /// when the operational keys of the same request are answered.
     pub fn declare_identity(&mut self, pairs: &[(&str, &str)]) -> Result<(), NegotiationError> {
         for &(key, value) in pairs {
@@ -101,7 +102,7 @@ impl Negotiator {
     }
 
     /// Answers the non-security, non-identity keys of one login request into `out`.
-    /// Security keys are the login machine's; identity keys went to [`declare_identity`].
+    /// Security keys are the login machine's; identity keys went to [`Self::declare_identity`].
     pub fn negotiate(
         &mut self,
         phase: Phase,
@@ -277,7 +278,8 @@ impl Negotiator {
             // RFC 7143 13.25 obsoletes markers; we never use them. Boolean AND -> No.
             "OFMarker" | "IFMarker" => boolean(value).map(|_| "No".to_owned()),
             "OFMarkInt" | "IFMarkInt" => Ok(IRRELEVANT.to_owned()),
-            // RFC 7144 2.1: result is the minimum; level 1 is RFC 7143 itself.
+            // RFC 7143 13.24 / RFC 7144 2.1: result is the minimum. Level 1 is RFC 7143; level 2
+            // adds RFC 7144 features (new TMFs, FastAbort) that we do not offer.
             "iSCSIProtocolLevel" => number(value, 0, 31).map(|n| n.min(1).to_string()),
             // RFC 7144 2.2: a list; we implement only the RFC 3720 semantics.
             "TaskReporting" => {
