@@ -13,7 +13,7 @@ use iscsi_proto::negotiation::ConnectionParams;
 use iscsi_proto::pdu::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -280,7 +280,8 @@ impl Connection {
                     }
                 }
                 _ = self.close.cancelled() => return ReadEnd::Closed,
-                _ = ticker.tick() => {
+                _ = ticker.tick(), if !nop_interval.is_zero() => {
+                    // A zero interval turns pings, and so the dead-peer timeout, off.
                     let idle = self.last_heard.elapsed();
                     if idle >= nop_timeout {
                         warn!(initiator = %self.session.initiator_name, tsih = self.session.tsih, cid = self.cid,
@@ -491,23 +492,22 @@ impl Connection {
 
     /// A delivered SCSI command: execute now, or once its data is in.
     fn command(&mut self, c: ScsiCommand) {
-        let aborted = Arc::new(AtomicBool::new(false));
         self.session.task_started(
             c.itt,
             TaskEntry {
                 lun: c.lun,
-                aborted: aborted.clone(),
+                aborted: false,
                 executing: false,
             },
         );
         let itt = c.itt;
         if let Some(w) = self.writes.get_mut(&itt) {
-            w.command = Some((c, aborted));
+            w.command = Some(c);
             self.try_execute_write(itt);
             return;
         }
         if self.session.begin_execution(itt) {
-            crate::exec::spawn(self.session.clone(), self.out.clone(), c, Vec::new(), 0, 0, aborted);
+            crate::exec::spawn(self.session.clone(), self.out.clone(), c, Vec::new(), 0, 0);
         }
     }
 
@@ -523,7 +523,7 @@ impl Connection {
         let Some(mut w) = self.writes.remove(&itt) else {
             return;
         };
-        let Some((c, aborted)) = w.command.take() else {
+        let Some(c) = w.command.take() else {
             return;
         };
         if !self.session.begin_execution(itt) {
@@ -532,7 +532,7 @@ impl Connection {
         let received = w.transfer.received();
         let r2ts = w.transfer.r2t_count;
         let segments = w.transfer.take_segments();
-        crate::exec::spawn(self.session.clone(), self.out.clone(), c, segments, received, r2ts, aborted);
+        crate::exec::spawn(self.session.clone(), self.out.clone(), c, segments, received, r2ts);
     }
 
     /// Logout (RFC 7143 11.14): close the session, this connection, or another one.
@@ -650,7 +650,7 @@ struct TextPending {
 /// A write whose data is being collected, and its command once delivered in CmdSN order.
 struct PendingWrite {
     transfer: WriteTransfer,
-    command: Option<(ScsiCommand, Arc<AtomicBool>)>,
+    command: Option<ScsiCommand>,
 }
 
 /// Hands out Target Transfer Tags, skipping the reserved 0xffffffff (RFC 7143 11.2.1.8) and 0.

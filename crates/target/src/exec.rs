@@ -4,7 +4,6 @@ use crate::session::Session;
 use crate::writer::{Outbound, ScsiDone};
 use bytes::{Bytes, BytesMut};
 use iscsi_proto::pdu::{task_attr, ScsiCommand};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -26,7 +25,6 @@ pub fn spawn(
     segments: Vec<Bytes>,
     received: u32,
     r2t_count: u32,
-    aborted: Arc<AtomicBool>,
 ) {
     tokio::task::spawn_blocking(move || {
         let Some(target) = session.target.as_ref() else {
@@ -56,23 +54,23 @@ pub fn spawn(
         };
         let outcome = target.luns.execute(&req, &mut data_in);
         let write_expected = if cmd.write { data_out_length(&target.luns, lun, cdb) } else { None };
-        if !aborted.load(Ordering::Acquire) {
-            let sense = outcome.sense.map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
-            let _ = out.send(Outbound::Scsi(Box::new(ScsiDone {
-                itt: cmd.itt,
-                lun: cmd.lun,
-                status: outcome.status,
-                sense,
-                data_in: data_in.freeze(),
-                edtl: cmd.expected_data_length,
-                read: cmd.read,
-                write: cmd.write,
-                write_expected,
-                write_received: received,
-                r2t_count,
-            })));
-        }
-        session.task_done(cmd.itt);
+        let sense = outcome.sense.map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
+        let done = ScsiDone {
+            itt: cmd.itt,
+            lun: cmd.lun,
+            status: outcome.status,
+            sense,
+            data_in: data_in.freeze(),
+            edtl: cmd.expected_data_length,
+            read: cmd.read,
+            write: cmd.write,
+            write_expected,
+            write_received: received,
+            r2t_count,
+        };
+        session.finish_task(cmd.itt, || {
+            let _ = out.send(Outbound::Scsi(Box::new(done)));
+        });
     });
 }
 

@@ -9,7 +9,7 @@ use iscsi_proto::serial;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -55,7 +55,7 @@ struct Ordering_ {
 pub struct TaskEntry {
     pub lun: u64,
     /// Set by ABORT TASK and friends: the response must not be sent.
-    pub aborted: Arc<AtomicBool>,
+    pub aborted: bool,
     /// Handed to the logical unit; until then an abort ends the task at once.
     pub executing: bool,
 }
@@ -175,8 +175,22 @@ impl Session {
     }
 
     pub fn task_done(&self, itt: u32) {
-        if self.tasks.lock().remove(&itt).is_none() {
-            return;
+        self.finish_task(itt, || ());
+    }
+
+    /// Ends a task, running `respond` (which queues its response) under the task-table lock
+    /// unless the task was aborted: a task is either answered or aborted, never both, so an
+    /// ABORT TASK racing with completion gets "task does not exist" exactly when the response
+    /// went out (RFC 7143 11.5.1).
+    pub fn finish_task(&self, itt: u32, respond: impl FnOnce()) {
+        {
+            let mut tasks = self.tasks.lock();
+            match tasks.get(&itt) {
+                Some(t) if !t.aborted => respond(),
+                Some(_) => {}
+                None => return,
+            }
+            tasks.remove(&itt);
         }
         let last = self.inflight.fetch_sub(1, Ordering::AcqRel) == 1;
         if last || self.waiting.load(Ordering::Acquire) > 0 {
@@ -208,7 +222,7 @@ impl Session {
     pub fn begin_execution(&self, itt: u32) -> bool {
         let mut tasks = self.tasks.lock();
         match tasks.get_mut(&itt) {
-            Some(t) if !t.aborted.load(Ordering::Acquire) => {
+            Some(t) if !t.aborted => {
                 t.executing = true;
                 true
             }
@@ -226,7 +240,7 @@ impl Session {
             if !pred(*itt, t) {
                 return true;
             }
-            t.aborted.store(true, Ordering::Release);
+            t.aborted = true;
             if t.executing {
                 executing.push(*itt);
                 true

@@ -81,10 +81,11 @@ pub fn handle(
             if exists {
                 collect(session, &|itt, _| itt == rtt);
                 tmf_response::COMPLETE
-            } else if serial::lt(req.ref_cmd_sn, req.cmd_sn)
-                && serial::le(session.exp_cmd_sn().wrapping_sub(crate::session::COMMAND_WINDOW), req.ref_cmd_sn)
+            } else if serial::le(session.exp_cmd_sn(), req.ref_cmd_sn)
+                && serial::lt(req.ref_cmd_sn, req.cmd_sn)
             {
-                // RFC 7143 11.5.1 b): the referenced command is considered received.
+                // RFC 7143 11.5.1 b): the referenced command has not arrived (a CmdSN hole in
+                // the window); it is considered received and ended.
                 tmf_response::COMPLETE
             } else {
                 tmf_response::TASK_DOES_NOT_EXIST

@@ -282,7 +282,6 @@ fn mcs_two_connections_execute_in_cmd_sn_order() {
 
 /// README/config: `nop-interval = "0s"` turns NOP-In pings off.
 #[test]
-#[ignore = "bug: connection.rs Connection::serve pings every 100 ms when nop_interval is 0 instead of never"]
 fn nop_interval_zero_disables_pings() {
     let toml = simple_toml("").replace("nop-interval = \"30s\"", "nop-interval = \"0s\"");
     let server = TestServer::start(&toml);
