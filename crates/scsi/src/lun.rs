@@ -126,13 +126,14 @@ impl LogicalUnit {
         }
     }
 
-    /// LOGICAL UNIT RESET by `by`: releases SPC-2 reservations and PREVENT state, raises
-    /// BUS DEVICE RESET FUNCTION OCCURRED on every other nexus (SAM-5 6.3.4: the nexus that
-    /// asked is told by the task management response).
+    /// LOGICAL UNIT RESET received from `by`: releases SPC-2 reservations and PREVENT state and
+    /// raises BUS DEVICE RESET FUNCTION OCCURRED on every nexus, the requester's included
+    /// (SAM-5 6.3.4; libiscsi's MultipathIO.Reset checks every path).
     pub fn lun_reset(&self, by: Option<&Nexus>) {
+        let _ = by;
         self.prevent.lock().clear();
         self.pr.write().legacy_holder = None;
-        self.ua.raise_all(0x29, 0x03, by.map(|n| n.id));
+        self.ua.raise_all(0x29, 0x03, None);
     }
 
     /// TARGET (WARM/COLD) RESET: 29/02 (warm) or 29/01 (cold) on all nexuses.

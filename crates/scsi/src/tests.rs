@@ -482,8 +482,11 @@ fn reserve6_and_resets() {
         run(&f.map, &b, &[0x16, 0, 0, 0, 0, 0], &[], 0).0.status,
         status::RESERVATION_CONFLICT
     );
+    f.map.nexus_added(&a);
     f.map.nexus_added(&b);
+    assert_eq!(asc(&run(&f.map, &a, &[0; 6], &[], 0).0), (6, 0x29, 0));
     f.map.lun_reset(0, &a);
+    assert_eq!(asc(&run(&f.map, &a, &[0; 6], &[], 0).0), (6, 0x29, 0x03));
     let (o, _) = run(&f.map, &b, &[0; 6], &[], 0);
     assert_eq!(asc(&o).0, 6);
     let (o, _) = run(&f.map, &b, &[0; 6], &[], 0);
