@@ -1,158 +1,13 @@
-//! Whole login exchanges driven in memory against `TargetLogin` with a fake policy.
+//! Whole login exchanges driven in memory against `TargetLogin` with a fake policy: no
+//! authentication, discovery, header and stage rules, C-bit text, MC/S connections.
+
+mod common;
 
 use bytes::Bytes;
-use iscsi_proto::chap::{ChapAlgorithm, ChapCredentials};
-use iscsi_proto::login::{LoginOutcome, LoginPolicy, LoginRefusal, LoginStep, TargetLogin};
+use common::*;
+use iscsi_proto::login::{LoginRefusal, LoginStep, TargetLogin};
 use iscsi_proto::negotiation::{SessionType, TargetDefaults};
-use iscsi_proto::pdu::{LoginRequest, LoginResponse};
 use iscsi_proto::text;
-
-const TARGET: &str = "iqn.2026-01.org.lanes:disk1";
-const INITIATOR: &str = "iqn.1993-08.org.debian:01:abc";
-
-struct Policy {
-    chap: Option<ChapCredentials>,
-    admitted: Vec<LoginOutcome>,
-    random: u8,
-}
-
-impl Policy {
-    fn new(chap: Option<ChapCredentials>) -> Self {
-        Policy {
-            chap,
-            admitted: Vec::new(),
-            random: 0,
-        }
-    }
-}
-
-impl LoginPolicy for Policy {
-    fn portal_group_tag(&self) -> u16 {
-        7
-    }
-    fn authorize(
-        &mut self,
-        _i: &str,
-        target: &str,
-    ) -> Result<Option<ChapCredentials>, LoginRefusal> {
-        if target != TARGET {
-            return Err(LoginRefusal::NotFound);
-        }
-        Ok(self.chap.clone())
-    }
-    fn discovery_auth(&mut self, _i: &str) -> Result<Option<ChapCredentials>, LoginRefusal> {
-        Ok(None)
-    }
-    fn admit(&mut self, login: &LoginOutcome) -> Result<u16, LoginRefusal> {
-        self.admitted.push(login.clone());
-        if login.tsih == 0 {
-            Ok(0x1234)
-        } else if login.tsih == 0x1234 {
-            Ok(login.tsih)
-        } else {
-            Err(LoginRefusal::SessionDoesNotExist)
-        }
-    }
-    fn fill_random(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            self.random = self.random.wrapping_mul(31).wrapping_add(17);
-            *b = self.random;
-        }
-    }
-}
-
-fn req(csg: u8, nsg: u8, transit: bool, keys: &[(&str, &str)]) -> LoginRequest {
-    LoginRequest {
-        transit,
-        continue_bit: false,
-        csg,
-        nsg,
-        version_max: 0,
-        version_min: 0,
-        isid: [0x80, 0, 0x02, 0x3d, 0, 1],
-        tsih: 0,
-        itt: 0x10,
-        cid: 1,
-        cmd_sn: 100,
-        exp_stat_sn: 500,
-        data: text::encode(keys),
-    }
-}
-
-fn keys(resp: &LoginResponse) -> Vec<(String, String)> {
-    text::parse(&resp.data)
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-fn get(resp: &LoginResponse, key: &str) -> Option<String> {
-    keys(resp)
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-}
-
-fn cont(step: LoginStep) -> LoginResponse {
-    match step {
-        LoginStep::Continue(r) => {
-            assert_eq!(r.status_class, 0);
-            r
-        }
-        other => panic!("expected Continue, got {other:?}"),
-    }
-}
-
-fn failed(step: LoginStep, expect: LoginRefusal) {
-    match step {
-        LoginStep::Failed(r, refusal) => {
-            assert_eq!(refusal, expect);
-            assert_eq!((r.status_class, r.status_detail), expect.status());
-        }
-        other => panic!("expected Failed({expect:?}), got {other:?}"),
-    }
-}
-
-const SECURITY: &[(&str, &str)] = &[
-    ("InitiatorName", INITIATOR),
-    ("InitiatorAlias", "host1"),
-    ("SessionType", "Normal"),
-    ("TargetName", TARGET),
-    ("AuthMethod", "None"),
-];
-
-const OPERATIONAL: &[(&str, &str)] = &[
-    ("HeaderDigest", "CRC32C,None"),
-    ("DataDigest", "None"),
-    ("MaxConnections", "1"),
-    ("InitialR2T", "No"),
-    ("ImmediateData", "Yes"),
-    ("MaxRecvDataSegmentLength", "262144"),
-    ("MaxBurstLength", "16776192"),
-    ("FirstBurstLength", "262144"),
-    ("DefaultTime2Wait", "2"),
-    ("DefaultTime2Retain", "0"),
-    ("MaxOutstandingR2T", "1"),
-    ("DataPDUInOrder", "Yes"),
-    ("DataSequenceInOrder", "Yes"),
-    ("ErrorRecoveryLevel", "0"),
-];
-
-fn finish_operational(
-    login: &mut TargetLogin,
-    policy: &mut Policy,
-) -> (LoginResponse, LoginOutcome) {
-    match login.handle(&req(1, 3, true, OPERATIONAL), policy) {
-        LoginStep::Complete(r, outcome) => {
-            assert!(r.transit);
-            assert_eq!((r.csg, r.nsg), (1, 3));
-            assert_eq!(r.tsih, 0x1234);
-            (r, *outcome)
-        }
-        other => panic!("expected Complete, got {other:?}"),
-    }
-}
 
 #[test]
 fn auth_none_normal_session() {
@@ -186,101 +41,6 @@ fn auth_none_normal_session() {
     assert_eq!(outcome.authenticated_user, None);
     assert_eq!(policy.admitted.len(), 1);
     assert!(login.is_complete());
-}
-
-fn chap_creds(mutual: bool, algorithms: Vec<u8>) -> ChapCredentials {
-    ChapCredentials {
-        user: "alice".into(),
-        secret: b"initiator-secret-12".to_vec(),
-        mutual: mutual.then(|| ("lanes".into(), b"target-secret-1234".to_vec())),
-        algorithms,
-    }
-}
-
-/// Runs the CHAP security stage; returns the last response.
-fn chap_login(alg: u8, mutual: Option<&str>, secret: &[u8]) -> (TargetLogin, Policy, LoginStep) {
-    let mut policy = Policy::new(Some(chap_creds(mutual.is_some(), vec![alg])));
-    let mut login = TargetLogin::new(TargetDefaults::default());
-    let mut first = SECURITY.to_vec();
-    first.retain(|(k, _)| *k != "AuthMethod");
-    first.push(("AuthMethod", "CHAP,None"));
-    let r = cont(login.handle(&req(0, 1, true, &first), &mut policy));
-    assert!(!r.transit);
-    assert_eq!(get(&r, "AuthMethod").as_deref(), Some("CHAP"));
-    let r = cont(login.handle(&req(0, 1, false, &[("CHAP_A", "8,7,6,5")]), &mut policy));
-    assert_eq!(get(&r, "CHAP_A"), Some(alg.to_string()));
-    let id: u8 = get(&r, "CHAP_I").unwrap().parse().unwrap();
-    let challenge = text::decode_binary(&get(&r, "CHAP_C").unwrap()).unwrap();
-    let algorithm = ChapAlgorithm::from_code(alg).unwrap();
-    assert_eq!(challenge.len(), algorithm.challenge_len());
-    let response = text::encode_hex(&algorithm.response(id, secret, &challenge));
-    let mut answer = vec![("CHAP_N", "alice"), ("CHAP_R", response.as_str())];
-    if let Some(c) = mutual {
-        answer.push(("CHAP_I", "42"));
-        answer.push(("CHAP_C", c));
-    }
-    let step = login.handle(&req(0, 1, true, &answer), &mut policy);
-    (login, policy, step)
-}
-
-#[test]
-fn one_way_chap_each_algorithm() {
-    for alg in [5u8, 6, 7, 8] {
-        let (mut login, mut policy, step) = chap_login(alg, None, b"initiator-secret-12");
-        let r = cont(step);
-        assert!(r.transit, "algorithm {alg}");
-        assert_eq!((r.csg, r.nsg), (0, 1));
-        assert!(get(&r, "CHAP_R").is_none());
-        let (_, outcome) = finish_operational(&mut login, &mut policy);
-        assert_eq!(outcome.authenticated_user.as_deref(), Some("alice"));
-    }
-}
-
-#[test]
-fn mutual_chap() {
-    let (_, _, step) = chap_login(
-        7,
-        Some("0x00112233445566778899aabbccddeeff"),
-        b"initiator-secret-12",
-    );
-    let r = cont(step);
-    assert!(r.transit);
-    assert_eq!(get(&r, "CHAP_N").as_deref(), Some("lanes"));
-    let expected = ChapAlgorithm::Sha256.response(
-        42,
-        b"target-secret-1234",
-        &text::decode_binary("0x00112233445566778899aabbccddeeff").unwrap(),
-    );
-    assert_eq!(get(&r, "CHAP_R"), Some(text::encode_hex(&expected)));
-}
-
-#[test]
-fn wrong_secret_fails() {
-    let (login, _, step) = chap_login(5, None, b"wrong-secret");
-    failed(step, LoginRefusal::AuthenticationFailed);
-    assert_eq!(login.refusal(), Some(LoginRefusal::AuthenticationFailed));
-    assert!(login.failure_reason().unwrap().contains("CHAP_R"));
-}
-
-#[test]
-fn chap_required_but_initiator_offers_none_or_skips_security() {
-    let mut policy = Policy::new(Some(chap_creds(false, vec![])));
-    let mut login = TargetLogin::new(TargetDefaults::default());
-    failed(
-        login.handle(&req(0, 1, true, SECURITY), &mut policy),
-        LoginRefusal::AuthenticationFailed,
-    );
-    let mut policy = Policy::new(Some(chap_creds(false, vec![])));
-    let mut login = TargetLogin::new(TargetDefaults::default());
-    let first: Vec<_> = SECURITY
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "AuthMethod")
-        .collect();
-    failed(
-        login.handle(&req(1, 3, true, &first), &mut policy),
-        LoginRefusal::AuthenticationFailed,
-    );
 }
 
 #[test]
@@ -507,4 +267,34 @@ fn non_leading_connection_joins_session() {
         login.handle(&first, &mut policy),
         LoginRefusal::SessionDoesNotExist,
     );
+}
+
+#[test]
+fn exchange_through_the_framer() {
+    use bytes::BytesMut;
+    use iscsi_proto::{Framer, Pdu};
+    let framer = Framer::default();
+    let mut policy = Policy::new(None);
+    let mut login = TargetLogin::new(TargetDefaults::default());
+    let mut outcome = None;
+    for request in [req(0, 1, true, SECURITY), req(1, 3, true, OPERATIONAL)] {
+        let mut wire = BytesMut::from(&framer.encode_to_vec(&Pdu::LoginRequest(request))[..]);
+        let Ok(Some(Pdu::LoginRequest(decoded))) = framer.decode(&mut wire) else {
+            panic!("decode")
+        };
+        let step = login.handle(&decoded, &mut policy);
+        let mut back =
+            BytesMut::from(&framer.encode_to_vec(&Pdu::LoginResponse(step.response().clone()))[..]);
+        let Ok(Some(Pdu::LoginResponse(resp))) = framer.decode(&mut back) else {
+            panic!("decode response")
+        };
+        assert_eq!(&resp, step.response());
+        if let LoginStep::Complete(_, o) = step {
+            outcome = Some(o);
+        }
+    }
+    // The negotiated framing for the full-feature phase.
+    let ffp = outcome.unwrap().connection.framer();
+    assert!(ffp.header_digest && !ffp.data_digest);
+    assert_eq!(ffp.max_recv_data_segment_length, 262_144);
 }
