@@ -9,6 +9,7 @@
 
 pub mod alua;
 pub mod cdb;
+mod command;
 mod inquiry;
 mod io;
 mod lun;
