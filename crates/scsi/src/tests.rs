@@ -459,3 +459,96 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn bad_fields_get_the_right_sense() {
+    let f = fixture();
+    let a = nexus(1, "iqn.a", 1);
+    let mut ws16 = cdb16(0x93, 0, 0);
+    ws16[1] = 0x08;
+    let mut anchor = cdb16(0x93, 0, 1);
+    anchor[1] = 0x10;
+    let mut caw_big = cdb16(0x89, 0, 0);
+    caw_big[13] = 255;
+    let mut rc16_bad_sa = [0u8; 16];
+    rc16_bad_sa[0] = 0x9E;
+    rc16_bad_sa[1] = 0x1F;
+    let cases: Vec<(Vec<u8>, Vec<u8>, (u8, u8, u8))> = vec![
+        (
+            vec![0x28, 0x60, 0, 0, 0, 0, 0, 0, 1, 0],
+            vec![],
+            (5, 0x24, 0),
+        ), // RDPROTECT
+        (
+            vec![0x2F, 0x04, 0, 0, 0, 0, 0, 0, 1, 0],
+            vec![],
+            (5, 0x24, 0),
+        ), // BYTCHK 2
+        (vec![0x25, 0, 0, 0, 0, 1, 0, 0, 0, 0], vec![], (5, 0x24, 0)), // LBA without PMI
+        (vec![0x1E, 0, 0, 0, 2, 0], vec![], (5, 0x24, 0)),             // PREVENT 2
+        (
+            vec![0x5E, 0x09, 0, 0, 0, 0, 0, 1, 0, 0],
+            vec![],
+            (5, 0x24, 0),
+        ), // PR IN action
+        (vec![0x35, 0, 0, 0, 4, 0, 0, 0, 1, 0], vec![], (5, 0x21, 0)), // SYNC beyond end
+        (vec![0x34, 0, 0, 0, 4, 0, 0, 0, 1, 0], vec![], (5, 0x21, 0)), // PRE-FETCH beyond
+        (ws16.to_vec(), vec![0; 512], (5, 0x24, 0)),                   // WSNZ
+        (anchor.to_vec(), vec![0; 512], (5, 0x24, 0)),                 // ANCHOR
+        (caw_big.to_vec(), vec![0; 1024], (5, 0x1A, 0)),               // short data-out
+        (rc16_bad_sa.to_vec(), vec![], (5, 0x24, 0)),
+        (
+            vec![0x42, 1, 0, 0, 0, 0, 0, 0, 24, 0],
+            vec![0; 24],
+            (5, 0x24, 0),
+        ), // UNMAP ANCHOR
+        (vec![0x15, 0x11, 0, 0, 0, 0], vec![], (5, 0x24, 0)), // MODE SELECT SP
+        (
+            vec![0x5F, 0, 0, 0, 0, 0, 0, 0, 20, 0],
+            vec![0; 20],
+            (5, 0x1A, 0),
+        ), // PR OUT length
+        (vec![0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0], vec![], (5, 0x20, 0)),
+        (vec![0x04, 0, 0, 0, 0, 0], vec![], (5, 0x20, 0)), // FORMAT UNIT
+    ];
+    for (cdb, data, want) in cases {
+        let (o, d) = run(&f.map, &a, &cdb, &data, 512);
+        assert_eq!(asc(&o), want, "cdb {cdb:02x?}");
+        assert!(d.is_empty());
+    }
+    // Descriptor-format REQUEST SENSE with nothing pending.
+    let (o, d) = run(&f.map, &a, &[0x03, 1, 0, 0, 252, 0], &[], 252);
+    assert_eq!((o.status, d[0]), (0, 0x72));
+}
+
+#[test]
+fn write_same_unmap_and_fill() {
+    let f = fixture();
+    let a = nexus(1, "iqn.a", 1);
+    let mut ws = [0x41u8, 0, 0, 0, 0, 10, 0, 0, 5, 0];
+    assert_eq!(run(&f.map, &a, &ws, &[0xEE; 512], 0).0.status, 0);
+    let (_, d) = run(&f.map, &a, &cdb16(0x88, 10, 5), &[], 2560);
+    assert!(d.iter().all(|&b| b == 0xEE));
+    ws[1] = 0x08;
+    assert_eq!(run(&f.map, &a, &ws, &[0; 512], 0).0.status, 0);
+    let (_, d) = run(&f.map, &a, &cdb16(0x88, 10, 5), &[], 2560);
+    assert!(d.iter().all(|&b| b == 0));
+    let mut ndob = cdb16(0x93, 10, 5);
+    ndob[1] = 0x09;
+    assert_eq!(run(&f.map, &a, &ndob, &[], 0).0.status, 0);
+}
+
+#[test]
+fn write_through_when_cache_disabled() {
+    let dev = Arc::new(MemoryDevice::new(BLOCKS * 512));
+    let cfg = LunConfig {
+        write_cache: false,
+        ..config(dev)
+    };
+    let lu = Arc::new(LogicalUnit::new(cfg, Arc::new(TargetPortGroups::one_per_port(1))).unwrap());
+    let map = LunMap::new(vec![(0, lu)]);
+    let a = nexus(1, "iqn.a", 1);
+    let (_, d) = run(&map, &a, &[0x1A, 0x08, 0x08, 0, 255, 0], &[], 255);
+    assert_eq!(d[6] & 0x04, 0);
+    assert_eq!(run(&map, &a, &cdb16(0x8A, 0, 1), &[1; 512], 0).0.status, 0);
+}
