@@ -473,7 +473,8 @@ fn bad_fields_get_the_right_sense() {
     let mut rc16_bad_sa = [0u8; 16];
     rc16_bad_sa[0] = 0x9E;
     rc16_bad_sa[1] = 0x1F;
-    let cases: Vec<(Vec<u8>, Vec<u8>, (u8, u8, u8))> = vec![
+    type Case = (Vec<u8>, Vec<u8>, (u8, u8, u8));
+    let cases: Vec<Case> = vec![
         (
             vec![0x28, 0x60, 0, 0, 0, 0, 0, 0, 1, 0],
             vec![],
