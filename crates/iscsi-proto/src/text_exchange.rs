@@ -248,17 +248,15 @@ pub fn answer_keys(request: &[u8], ctx: &TextContext<'_>) -> Result<TextAnswer, 
 /// RFC 7143 Appendix C / 13.3: `All` (discovery sessions only), a target name, or empty for
 /// the session's own target; each target as TargetName then its TargetAddress lines.
 fn send_targets(value: &str, ctx: &TextContext<'_>, out: &mut TextBuilder) {
-    let wanted: Option<&str> = match (value, ctx.session_type) {
-        ("All", SessionType::Discovery) => None,
-        ("All", SessionType::Normal) => {
-            out.push("SendTargets", REJECT);
-            return;
-        }
-        ("", _) => match ctx.current_target {
+    // Appendix C reserves `All` for discovery sessions; like common targets we answer it in
+    // normal sessions too, so a host can learn every path from the session it already has.
+    let wanted: Option<&str> = match value {
+        "All" => None,
+        "" => match ctx.current_target {
             Some(t) => Some(t),
             None => return,
         },
-        (name, _) => Some(name),
+        name => Some(name),
     };
     for (name, portals) in ctx.targets {
         if wanted.is_some_and(|w| w != name) {

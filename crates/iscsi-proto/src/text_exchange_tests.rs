@@ -69,7 +69,11 @@ fn send_targets_in_normal_session() {
         .text
         .starts_with(b"TargetName=iqn.2026-01.org.lanes:b\0"));
     let all = answer_keys(b"SendTargets=All\0", &c).unwrap();
-    assert_eq!(&all.text[..], b"SendTargets=Reject\0");
+    let discovery = answer_keys(b"SendTargets=All\0", &ctx(SessionType::Discovery, &t)).unwrap();
+    assert_eq!(
+        all.text, discovery.text,
+        "All answers every target in a normal session too"
+    );
 }
 
 #[test]

@@ -162,8 +162,9 @@ proptest! {
         };
         if let Ok(mut t) = DataOutTracker::new(params) {
             let mut next = 0u32;
+            let mut r2ts = Vec::new();
             for (f, ttt, sn, off, len) in pdus {
-                t.next_r2ts(|| { next += 1; next });
+                t.next_r2ts(|| { next += 1; next }, &mut r2ts);
                 let pdu = DataOut {
                     final_bit: f, ttt: if ttt % 4 == 0 { u32::MAX } else { u32::from(ttt % 4) },
                     data_sn: sn % 4, buffer_offset: off % 100_000, data: Bytes::from(vec![0; usize::from(len % 9000)]),

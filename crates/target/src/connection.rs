@@ -1,7 +1,6 @@
 //! One TCP connection: login, then the full-feature phase's receive side (command ordering,
 //! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
 
-use crate::dataout::{BurstLimits, DataOutError, WriteTransfer};
 use crate::login_phase::ConnectionPolicy;
 use crate::server::{Portal, Server};
 use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
@@ -11,6 +10,8 @@ use bytes::{Bytes, BytesMut};
 use iscsi_proto::login::{LoginStep, TargetLogin};
 use iscsi_proto::negotiation::ConnectionParams;
 use iscsi_proto::pdu::*;
+use iscsi_proto::text_exchange::{answer_keys, TextContext, TextInput, TextResponder};
+use iscsi_proto::window::{DataOutTracker, R2tRequest, WriteParams};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -35,7 +36,11 @@ enum ReadEnd {
 }
 
 /// Reads until one whole PDU is buffered and decoded.
-async fn read_pdu(rd: &mut OwnedReadHalf, buf: &mut BytesMut, framer: &Framer) -> Result<Pdu, ReadEnd> {
+async fn read_pdu(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    framer: &Framer,
+) -> Result<Pdu, ReadEnd> {
     loop {
         match framer.decode(buf) {
             Ok(Some(p)) => return Ok(p),
@@ -70,14 +75,15 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     };
     let deadline = Instant::now() + LOGIN_TIMEOUT;
     let (outcome, cid, stat_sn) = loop {
-        let pdu = match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return,
-            Err(_) => {
-                warn!(%peer, portal = %local, "login timed out");
-                return;
-            }
-        };
+        let pdu =
+            match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    warn!(%peer, portal = %local, "login timed out");
+                    return;
+                }
+            };
         let Pdu::LoginRequest(req) = pdu else {
             // RFC 7143 6.1: only Login Requests are allowed before the login completes.
             warn!(%peer, portal = %local, "non-login PDU during login; closing");
@@ -138,8 +144,12 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     );
     let params = outcome.connection;
     let stats = Arc::new(ConnectionStats::default());
-    stats.header_digest.store(params.header_digest, Ordering::Relaxed);
-    stats.data_digest.store(params.data_digest, Ordering::Relaxed);
+    stats
+        .header_digest
+        .store(params.header_digest, Ordering::Relaxed);
+    stats
+        .data_digest
+        .store(params.data_digest, Ordering::Relaxed);
     let framer = Framer {
         header_digest: params.header_digest,
         data_digest: params.data_digest,
@@ -181,7 +191,9 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         last_heard: Instant::now(),
         ping_outstanding: false,
         local,
-        text_pending: None,
+        text: TextResponder::new(params.max_xmit_data_segment_length),
+        ready: Vec::new(),
+        r2ts: Vec::new(),
     };
     let end = conn.serve(rd, buf, released_rx).await;
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
@@ -189,7 +201,10 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     let _ = writer.await;
     {
         let mut conns = session.connections.lock();
-        if let Some(pos) = conns.iter().position(|c| c.cid == cid && Arc::ptr_eq(&c.stats, &conn.stats)) {
+        if let Some(pos) = conns
+            .iter()
+            .position(|c| c.cid == cid && Arc::ptr_eq(&c.stats, &conn.stats))
+        {
             conns.remove(pos);
         }
     }
@@ -225,7 +240,10 @@ pub(crate) struct Connection {
     last_heard: Instant,
     ping_outstanding: bool,
     local: SocketAddr,
-    text_pending: Option<TextPending>,
+    text: TextResponder,
+    /// Reused buffers: requests released in CmdSN order, R2Ts planned.
+    ready: Vec<Pdu>,
+    r2ts: Vec<R2tRequest>,
 }
 
 impl std::fmt::Display for ReadEnd {
@@ -275,7 +293,7 @@ impl Connection {
                     Err(e) => return ReadEnd::Error(e),
                 },
                 Some(r) = released.recv() => {
-                    if let Err(end) = self.handle_in_order(r.pdu) {
+                    if let Err(end) = self.handle_in_order(r.pdu, true) {
                         return end;
                     }
                 }
@@ -377,33 +395,48 @@ impl Connection {
         };
         if let Pdu::ScsiCommand(c) = &pdu {
             self.stats.commands.fetch_add(1, Ordering::Relaxed);
-            if c.write && c.expected_data_length > 0 && self.session.target.is_some() {
+            if c.write && c.expected_data_length > 0 {
+                // Data may arrive before the command's turn: collect it from now on.
                 self.start_write(c);
             }
         }
         if immediate {
-            return self.handle_in_order(pdu);
+            return self.handle_in_order(pdu, false);
         }
         let itt = pdu.itt();
-        match self.session.deliver(self.cid, cmd_sn, pdu) {
-            (Delivery::Now, Some(p)) => self.handle_in_order(p),
-            (Delivery::Ignored, _) => {
-                debug!(cmd_sn, "command outside the CmdSN window ignored");
+        let mut ready = std::mem::take(&mut self.ready);
+        let result = match self.session.deliver(self.cid, cmd_sn, pdu, &mut ready) {
+            Delivery::Accepted => {
+                let mut result = Ok(());
+                for p in ready.drain(..) {
+                    if result.is_ok() {
+                        result = self.handle_in_order(p, true);
+                    } else {
+                        self.session.request_done();
+                    }
+                }
+                result
+            }
+            Delivery::Ignored => {
+                debug!(cmd_sn, "request outside the CmdSN window ignored");
                 if let Some(itt) = itt {
                     self.writes.remove(&itt);
                 }
                 Ok(())
             }
-            _ => Ok(()),
-        }
+        };
+        self.ready = ready;
+        result
     }
 
-    /// Processes a request whose turn in CmdSN order has come.
-    fn handle_in_order(&mut self, pdu: Pdu) -> Result<(), ReadEnd> {
-        match pdu {
+    /// Processes a request whose turn in CmdSN order has come. `ordered`: it holds a slot of
+    /// the CmdSN window, released when it ends.
+    fn handle_in_order(&mut self, pdu: Pdu, ordered: bool) -> Result<(), ReadEnd> {
+        let result = match pdu {
             Pdu::ScsiCommand(c) => {
-                self.command(c);
-                Ok(())
+                // The task releases its window slot when it ends.
+                self.command(c, ordered);
+                return Ok(());
             }
             Pdu::NopOut(n) => {
                 if n.itt != RESERVED_TAG {
@@ -427,49 +460,74 @@ impl Connection {
             }
             Pdu::LogoutRequest(l) => self.logout(l),
             _ => Ok(()),
+        };
+        if ordered {
+            self.session.request_done();
         }
-    }
-
-    fn limits(&self) -> BurstLimits {
-        let p = &self.session.params;
-        BurstLimits {
-            first_burst: p.first_burst_length,
-            max_burst: p.max_burst_length,
-            max_outstanding_r2t: u32::from(p.max_outstanding_r2t),
-            initial_r2t: p.initial_r2t,
-        }
+        result
     }
 
     fn start_write(&mut self, c: &ScsiCommand) {
-        let w = WriteTransfer::new(
-            c.itt,
-            c.lun,
-            c.expected_data_length,
-            if self.session.params.immediate_data { c.data.clone() } else { Bytes::new() },
-            c.final_bit,
-            self.limits(),
-        );
-        self.writes.insert(c.itt, PendingWrite { transfer: w, command: None });
+        let p = &self.session.params;
+        let params = WriteParams {
+            expected_data_length: c.expected_data_length,
+            immediate_length: u32::try_from(c.data.len()).unwrap_or(u32::MAX),
+            unsolicited_follows: !c.final_bit,
+            initial_r2t: p.initial_r2t,
+            immediate_data: p.immediate_data,
+            first_burst_length: p.first_burst_length,
+            max_burst_length: p.max_burst_length,
+            max_outstanding_r2t: p.max_outstanding_r2t,
+            max_recv_data_segment_length: self.params.max_recv_data_segment_length,
+        };
+        let write = match DataOutTracker::new(params) {
+            Ok(tracker) => {
+                let mut segments = Vec::new();
+                if !c.data.is_empty() {
+                    segments.push(c.data.clone());
+                }
+                PendingWrite {
+                    tracker: Some(tracker),
+                    segments,
+                    command: None,
+                    lun: c.lun,
+                }
+            }
+            Err(e) => {
+                // RFC 7143 10.4.7.2: the command ends with "unexpected unsolicited data".
+                debug!(itt = c.itt, "write refused: {e}");
+                PendingWrite {
+                    tracker: None,
+                    segments: Vec::new(),
+                    command: None,
+                    lun: c.lun,
+                }
+            }
+        };
+        self.writes.insert(c.itt, write);
         self.issue_r2ts(c.itt);
     }
 
     fn data_out(&mut self, d: &DataOut) {
-        let Some(PendingWrite { transfer: w, .. }) = self.writes.get_mut(&d.itt) else {
+        let Some(w) = self.writes.get_mut(&d.itt) else {
             // RFC 7143 11.7: Data-Out for an unknown task is a protocol error; reject it.
             let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
             self.reject(reject_reason::PROTOCOL_ERROR, &header);
             return;
         };
-        match w.accept(d) {
-            Ok(()) => {}
+        let Some(tracker) = w.tracker.as_mut() else {
+            return;
+        };
+        match tracker.on_data_out(d) {
+            Ok(_) => {
+                if !d.data.is_empty() {
+                    w.segments.push(d.data.clone());
+                }
+            }
             Err(e) => {
-                debug!(itt = d.itt, "Data-Out refused: {e:?}");
-                let reason = match e {
-                    DataOutError::DataSn | DataOutError::Offset => reject_reason::PROTOCOL_ERROR,
-                    DataOutError::UnknownTtt => reject_reason::INVALID_PDU_FIELD,
-                };
+                debug!(itt = d.itt, "Data-Out refused: {e}");
                 let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
-                self.reject(reason, &header);
+                self.reject(e.reject_reason(), &header);
                 return;
             }
         }
@@ -479,25 +537,41 @@ impl Connection {
 
     /// Sends the R2Ts a write may have outstanding now (MaxOutstandingR2T, RFC 7143 13.17).
     fn issue_r2ts(&mut self, itt: u32) {
-        let Some(PendingWrite { transfer, .. }) = self.writes.get_mut(&itt) else {
+        let Some(PendingWrite {
+            tracker: Some(tracker),
+            lun,
+            ..
+        }) = self.writes.get_mut(&itt)
+        else {
             return;
         };
-        let mut r2ts = Vec::new();
+        let lun = *lun;
         let next = &mut self.next_ttt;
-        transfer.r2ts(|| next_tag(next), &mut r2ts);
-        for r in r2ts {
-            self.send(Pdu::R2t(r));
+        let mut planned = std::mem::take(&mut self.r2ts);
+        tracker.next_r2ts(|| next_tag(next), &mut planned);
+        for r in planned.drain(..) {
+            let _ = self.out.send(Outbound::Pdu(Pdu::R2t(R2t {
+                lun,
+                itt,
+                ttt: r.ttt,
+                r2t_sn: r.r2t_sn,
+                buffer_offset: r.offset,
+                desired_length: r.length,
+                ..R2t::default()
+            })));
         }
+        self.r2ts = planned;
     }
 
-    /// A delivered SCSI command: execute now, or once its data is in.
-    fn command(&mut self, c: ScsiCommand) {
+    /// A SCSI command whose turn has come: execute now, or once its data is in.
+    fn command(&mut self, c: ScsiCommand, ordered: bool) {
         self.session.task_started(
             c.itt,
             TaskEntry {
                 lun: c.lun,
                 aborted: false,
                 executing: false,
+                ordered,
             },
         );
         let itt = c.itt;
@@ -513,10 +587,9 @@ impl Connection {
 
     /// Executes a write once it is both delivered in CmdSN order and has all its data.
     fn try_execute_write(&mut self, itt: u32) {
-        let ready = self
-            .writes
-            .get(&itt)
-            .is_some_and(|w| w.command.is_some() && w.transfer.complete());
+        let ready = self.writes.get(&itt).is_some_and(|w| {
+            w.command.is_some() && w.tracker.as_ref().is_none_or(DataOutTracker::is_complete)
+        });
         if !ready {
             return;
         }
@@ -529,10 +602,20 @@ impl Connection {
         if !self.session.begin_execution(itt) {
             return;
         }
-        let received = w.transfer.received();
-        let r2ts = w.transfer.r2t_count;
-        let segments = w.transfer.take_segments();
-        crate::exec::spawn(self.session.clone(), self.out.clone(), c, segments, received, r2ts);
+        let Some(tracker) = w.tracker else {
+            let sense = scsi::Sense::new(0x0b, 0x0c, 0x0c).to_fixed_bytes();
+            crate::exec::fail(&self.session, &self.out, &c, Bytes::copy_from_slice(&sense));
+            return;
+        };
+        let received = u32::try_from(tracker.received_bytes()).unwrap_or(u32::MAX);
+        crate::exec::spawn(
+            self.session.clone(),
+            self.out.clone(),
+            c,
+            w.segments,
+            received,
+            tracker.r2t_count(),
+        );
     }
 
     /// Logout (RFC 7143 11.14): close the session, this connection, or another one.
@@ -598,59 +681,55 @@ impl Connection {
         }
     }
 
-    /// Answers a Text Request: a new exchange, or the continuation of a long answer
-    /// (RFC 7143 11.10.2: the initiator sends an empty request with our TTT to get more).
+    /// Answers a Text Request (RFC 7143 11.10): gathers the initiator's pieces, answers the
+    /// keys, and hands out a long answer piece by piece.
     pub(crate) fn text_request(&mut self, req: TextRequest) {
-        let (answer, ttt_in) = match self.text_pending.take() {
-            Some(p) if req.ttt == p.ttt && req.itt == p.itt => (p.rest, p.ttt),
-            _ => {
-                if req.ttt != RESERVED_TAG {
-                    // A continuation we don't know: the initiator must start over.
-                    let header = header_of(&Pdu::TextRequest(req.clone()), &self.framer);
-                    self.reject(reject_reason::INVALID_PDU_FIELD, &header);
-                    return;
+        let ttt = next_tag(&mut self.next_ttt);
+        let response = match self.text.receive(&req, ttt) {
+            Ok(TextInput::Send(resp)) => resp,
+            Ok(TextInput::Request(keys)) => {
+                let targets = crate::text::visible_targets(&self.server, &self.session, self.local);
+                let ctx = TextContext {
+                    session_type: self.session.params.session_type,
+                    current_target: self.session.target.as_ref().map(|t| t.config.name.as_str()),
+                    targets: &targets,
+                    max_recv_data_segment_length: self.params.max_recv_data_segment_length,
+                };
+                match answer_keys(&keys, &ctx) {
+                    Ok(answer) => {
+                        if let Some(max) = answer.max_xmit_data_segment_length {
+                            self.text.set_max_xmit(max);
+                        }
+                        self.text.respond(&req, answer.text, ttt)
+                    }
+                    Err(e) => {
+                        debug!("bad Text Request: {e}");
+                        let header = header_of(&Pdu::TextRequest(req), &self.framer);
+                        self.reject(reject_reason::PROTOCOL_ERROR, &header);
+                        return;
+                    }
                 }
-                (crate::text::answer(&self.server, &self.session, self.local, &req.data), RESERVED_TAG)
+            }
+            Err(e) => {
+                debug!("bad Text Request: {e}");
+                let header = header_of(&Pdu::TextRequest(req), &self.framer);
+                self.reject(e.reject_reason(), &header);
+                return;
             }
         };
-        let max = self.params.max_xmit_data_segment_length.max(512) as usize;
-        let (now, rest) = if answer.len() > max {
-            (answer.slice(..max), Some(answer.slice(max..)))
-        } else {
-            (answer, None)
-        };
-        let ttt = match rest {
-            Some(rest) => {
-                let ttt = if ttt_in != RESERVED_TAG { ttt_in } else { self.ttt() };
-                self.text_pending = Some(TextPending { itt: req.itt, ttt, rest });
-                ttt
-            }
-            None => RESERVED_TAG,
-        };
-        let more = ttt != RESERVED_TAG;
-        self.send(Pdu::TextResponse(TextResponse {
-            final_bit: !more,
-            continue_bit: more,
-            lun: req.lun,
-            itt: req.itt,
-            ttt,
-            data: now,
-            ..TextResponse::default()
-        }));
+        self.send(Pdu::TextResponse(response));
     }
 }
 
-/// The part of a long Text Response not yet sent.
-struct TextPending {
-    itt: u32,
-    ttt: u32,
-    rest: Bytes,
-}
-
-/// A write whose data is being collected, and its command once delivered in CmdSN order.
+/// A write whose data is being collected, and its command once its CmdSN turn has come.
 struct PendingWrite {
-    transfer: WriteTransfer,
+    /// `None`: the command's data announcement broke the negotiated rules; it fails.
+    tracker: Option<DataOutTracker>,
+    /// Immediate data and Data-Out segments in arrival (= offset) order; DataPDUInOrder and
+    /// DataSequenceInOrder are always Yes because we offer Yes and the result function is OR.
+    segments: Vec<Bytes>,
     command: Option<ScsiCommand>,
+    lun: u64,
 }
 
 /// Hands out Target Transfer Tags, skipping the reserved 0xffffffff (RFC 7143 11.2.1.8) and 0.

@@ -53,8 +53,14 @@ pub fn spawn(
             attr: attribute(cmd.attr),
         };
         let outcome = target.luns.execute(&req, &mut data_in);
-        let write_expected = if cmd.write { data_out_length(&target.luns, lun, cdb) } else { None };
-        let sense = outcome.sense.map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
+        let write_expected = if cmd.write {
+            data_out_length(&target.luns, lun, cdb)
+        } else {
+            None
+        };
+        let sense = outcome
+            .sense
+            .map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
         let done = ScsiDone {
             itt: cmd.itt,
             lun: cmd.lun,
@@ -71,6 +77,31 @@ pub fn spawn(
         session.finish_task(cmd.itt, || {
             let _ = out.send(Outbound::Scsi(Box::new(done)));
         });
+    });
+}
+
+/// Ends `cmd` with CHECK CONDITION and `sense` without executing it.
+pub fn fail(
+    session: &Arc<Session>,
+    out: &mpsc::UnboundedSender<Outbound>,
+    cmd: &ScsiCommand,
+    sense: Bytes,
+) {
+    let done = ScsiDone {
+        itt: cmd.itt,
+        lun: cmd.lun,
+        status: scsi::status::CHECK_CONDITION,
+        sense: Some(sense),
+        data_in: Bytes::new(),
+        edtl: cmd.expected_data_length,
+        read: cmd.read,
+        write: cmd.write,
+        write_expected: None,
+        write_received: 0,
+        r2t_count: 0,
+    };
+    session.finish_task(cmd.itt, || {
+        let _ = out.send(Outbound::Scsi(Box::new(done)));
     });
 }
 

@@ -5,7 +5,6 @@
 
 pub mod config;
 mod connection;
-mod dataout;
 mod exec;
 mod login_phase;
 mod portals;
@@ -88,9 +87,18 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
         for addr in &group.portals {
             let l = TcpListener::bind(addr)
                 .await
-                .map_err(|source| Error::Bind { addr: *addr, source })?;
+                .map_err(|source| Error::Bind {
+                    addr: *addr,
+                    source,
+                })?;
             let bound = l.local_addr().unwrap_or(*addr);
-            listeners.push((Portal { tpgt: group.tag, addr: bound }, l));
+            listeners.push((
+                Portal {
+                    tpgt: group.tag,
+                    addr: bound,
+                },
+                l,
+            ));
         }
     }
     let portals = portals::expand(listeners.iter().map(|(p, _)| *p));
@@ -101,18 +109,18 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
             .map(|t| (t.config.name.clone(), t.wwids.clone()))
             .collect(),
     };
-    let server = Arc::new(server::Server::new(
-        config,
-        targets,
-        portals,
-    ));
+    let server = Arc::new(server::Server::new(config, targets, portals));
     let mut tasks = Vec::new();
     for (portal, listener) in listeners {
         let server = server.clone();
         tasks.push(tokio::spawn(accept_loop(server, portal, listener)));
     }
     tasks.extend(status::start(&server).await?);
-    Ok(ServerHandle { info, server, tasks })
+    Ok(ServerHandle {
+        info,
+        server,
+        tasks,
+    })
 }
 
 impl ServerHandle {
@@ -122,7 +130,14 @@ impl ServerHandle {
         for t in &self.tasks {
             t.abort();
         }
-        let sessions: Vec<_> = self.server.sessions.lock().by_tsih.values().cloned().collect();
+        let sessions: Vec<_> = self
+            .server
+            .sessions
+            .lock()
+            .by_tsih
+            .values()
+            .cloned()
+            .collect();
         for s in &sessions {
             s.close_all();
         }

@@ -59,7 +59,10 @@ impl LoginPolicy for ConnectionPolicy {
         Ok(target.config.chap.as_ref().map(credentials))
     }
 
-    fn discovery_auth(&mut self, _initiator_name: &str) -> Result<Option<ChapCredentials>, LoginRefusal> {
+    fn discovery_auth(
+        &mut self,
+        _initiator_name: &str,
+    ) -> Result<Option<ChapCredentials>, LoginRefusal> {
         Ok(self.server.config.discovery_auth.as_ref().map(credentials))
     }
 
@@ -71,7 +74,12 @@ impl LoginPolicy for ConnectionPolicy {
             SessionType::Discovery => None,
             SessionType::Normal => {
                 let name = login.session.target_name.as_deref().unwrap_or_default();
-                Some(self.server.target(name).cloned().ok_or(LoginRefusal::NotFound)?)
+                Some(
+                    self.server
+                        .target(name)
+                        .cloned()
+                        .ok_or(LoginRefusal::NotFound)?,
+                )
             }
         };
         let initiator = login.session.initiator_name.as_str();

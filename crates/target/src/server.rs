@@ -37,7 +37,12 @@ impl SessionTable {
     }
 
     /// The session of `initiator` + `isid` to `target` (None = discovery), if any.
-    pub fn find(&self, initiator: &str, isid: [u8; 6], target: Option<&str>) -> Option<Arc<Session>> {
+    pub fn find(
+        &self,
+        initiator: &str,
+        isid: [u8; 6],
+        target: Option<&str>,
+    ) -> Option<Arc<Session>> {
         self.by_tsih
             .values()
             .find(|s| {
@@ -117,7 +122,6 @@ impl Server {
     pub fn target(&self, name: &str) -> Option<&Arc<TargetRuntime>> {
         self.targets.iter().find(|t| t.config.name == name)
     }
-
 
     /// Removes a session from the table (its last connection is gone, or it was logged out) and
     /// tells its logical units the I_T nexus is lost.

@@ -5,16 +5,17 @@ use crate::stats::ConnectionStats;
 use crate::target::TargetRuntime;
 use iscsi_proto::negotiation::SessionParams;
 use iscsi_proto::pdu::Pdu;
-use iscsi_proto::serial;
+use iscsi_proto::window::{Arrival, CommandOrderer};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// Commands a session may have outstanding: the CmdSN window is this wide (RFC 7143 3.2.2.1).
+/// Requests a session may have queued or running: MaxCmdSN opens only as they complete, so
+/// memory per session is bounded by this (RFC 7143 3.2.2.1).
 pub const COMMAND_WINDOW: u32 = 128;
 
 /// A request parked until the requests before it in CmdSN order have arrived (MC/S), then
@@ -35,20 +36,13 @@ pub struct ConnectionHandle {
     pub released: mpsc::UnboundedSender<ReleasedCommand>,
 }
 
-/// What the CmdSN check decided for one arriving command.
+/// What the CmdSN check decided for one arriving request.
 pub enum Delivery {
-    /// In order: process now. Any later commands it unblocked have been sent to their owners.
-    Now,
-    /// Parked until the gap before it is filled.
-    Parked,
-    /// Outside the window: silently ignored (RFC 7143 3.2.2.1).
+    /// Accepted: it and any requests it unblocked are in the caller's buffer or on their way
+    /// to their own connections.
+    Accepted,
+    /// Outside the window or a duplicate: silently ignored (RFC 7143 3.2.2.1).
     Ignored,
-}
-
-struct Ordering_ {
-    exp_cmd_sn: u32,
-    /// Commands that arrived ahead of `exp_cmd_sn`, with the CID they arrived on.
-    parked: BTreeMap<u32, (u16, Pdu)>,
 }
 
 /// State of a task for task management.
@@ -58,6 +52,8 @@ pub struct TaskEntry {
     pub aborted: bool,
     /// Handed to the logical unit; until then an abort ends the task at once.
     pub executing: bool,
+    /// Released by the CmdSN orderer: its end reopens the window by one.
+    pub ordered: bool,
 }
 
 /// A session (RFC 7143 3.3): shared by all its connections.
@@ -70,8 +66,9 @@ pub struct Session {
     pub target: Option<Arc<TargetRuntime>>,
     pub nexus: scsi::Nexus,
     pub tpgt: u16,
-    order: Mutex<Ordering_>,
+    order: Mutex<CommandOrderer<(u16, Pdu)>>,
     exp_cmd_sn: AtomicU32,
+    max_cmd_sn: AtomicU32,
     pub connections: Mutex<Vec<ConnectionHandle>>,
     pub tasks: Mutex<HashMap<u32, TaskEntry>>,
     inflight: AtomicUsize,
@@ -101,11 +98,9 @@ impl Session {
             target,
             nexus,
             tpgt,
-            order: Mutex::new(Ordering_ {
-                exp_cmd_sn: first_cmd_sn,
-                parked: BTreeMap::new(),
-            }),
+            order: Mutex::new(CommandOrderer::new(first_cmd_sn, COMMAND_WINDOW)),
             exp_cmd_sn: AtomicU32::new(first_cmd_sn),
+            max_cmd_sn: AtomicU32::new(first_cmd_sn.wrapping_add(COMMAND_WINDOW - 1)),
             connections: Mutex::new(Vec::new()),
             tasks: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
@@ -120,52 +115,60 @@ impl Session {
         self.exp_cmd_sn.load(Ordering::Acquire)
     }
 
-    /// MaxCmdSN to report: the window stays `COMMAND_WINDOW` wide; while the session closes it
-    /// shrinks to ExpCmdSN - 1 so no new command is accepted.
+    /// MaxCmdSN to report; while the session closes it is ExpCmdSN - 1 so nothing new is
+    /// accepted.
     pub fn max_cmd_sn(&self) -> u32 {
-        let exp = self.exp_cmd_sn();
         if self.closing.is_cancelled() {
-            exp.wrapping_sub(1)
+            self.exp_cmd_sn().wrapping_sub(1)
         } else {
-            exp.wrapping_add(COMMAND_WINDOW - 1)
+            self.max_cmd_sn.load(Ordering::Acquire)
         }
     }
 
-    /// Orders a non-immediate request by CmdSN (RFC 7143 3.2.2.1). Requests arriving early
-    /// are parked; when `pdu` fills a gap, the requests it unblocks are released to the
-    /// connections they came in on.
-    pub fn deliver(&self, cid: u16, cmd_sn: u32, pdu: Pdu) -> (Delivery, Option<Pdu>) {
+    fn publish(&self, order: &CommandOrderer<(u16, Pdu)>) {
+        let w = order.window();
+        self.exp_cmd_sn.store(w.exp_cmd_sn, Ordering::Release);
+        self.max_cmd_sn.store(w.max_cmd_sn, Ordering::Release);
+    }
+
+    /// A request released in CmdSN order has ended: the window reopens by one.
+    pub fn request_done(&self) {
         let mut order = self.order.lock();
-        let exp = order.exp_cmd_sn;
-        let max = exp.wrapping_add(COMMAND_WINDOW - 1);
-        if serial::lt(cmd_sn, exp) || serial::gt(cmd_sn, max) {
-            return (Delivery::Ignored, None);
+        order.complete();
+        self.publish(&order);
+    }
+
+    /// Orders a non-immediate request by CmdSN (RFC 7143 3.2.2.1). Requests released by its
+    /// arrival are appended to `ready` when they came in on connection `cid`, and sent to
+    /// their own connection otherwise (MC/S).
+    pub fn deliver(&self, cid: u16, cmd_sn: u32, pdu: Pdu, ready: &mut Vec<Pdu>) -> Delivery {
+        let mut order = self.order.lock();
+        if let Arrival::Ignored(..) = order.push(cmd_sn, false, (cid, pdu)) {
+            return Delivery::Ignored;
         }
-        if cmd_sn != exp {
-            if order.parked.contains_key(&cmd_sn) {
-                return (Delivery::Ignored, None);
+        let mut elsewhere = Vec::new();
+        while let Some((owner, p)) = order.pop_ready() {
+            if owner == cid {
+                ready.push(p);
+            } else {
+                elsewhere.push((owner, p));
             }
-            order.parked.insert(cmd_sn, (cid, pdu));
-            return (Delivery::Parked, None);
         }
-        let mut next = exp.wrapping_add(1);
-        let mut released = Vec::new();
-        while let Some(entry) = order.parked.remove(&next) {
-            released.push(entry);
-            next = next.wrapping_add(1);
-        }
-        order.exp_cmd_sn = next;
-        self.exp_cmd_sn.store(next, Ordering::Release);
+        self.publish(&order);
         drop(order);
-        if !released.is_empty() {
+        if !elsewhere.is_empty() {
             let conns = self.connections.lock();
-            for (owner, pdu) in released {
-                if let Some(c) = conns.iter().find(|c| c.cid == owner) {
-                    let _ = c.released.send(ReleasedCommand { pdu });
+            for (owner, pdu) in elsewhere {
+                match conns.iter().find(|c| c.cid == owner) {
+                    Some(c) => {
+                        let _ = c.released.send(ReleasedCommand { pdu });
+                    }
+                    // Its connection is gone: the request ends unprocessed (RFC 7143 6.2).
+                    None => self.request_done(),
                 }
             }
         }
-        (Delivery::Now, Some(pdu))
+        Delivery::Accepted
     }
 
     /// Registers a task; counted until `task_done`.
@@ -185,12 +188,18 @@ impl Session {
     pub fn finish_task(&self, itt: u32, respond: impl FnOnce()) {
         {
             let mut tasks = self.tasks.lock();
-            match tasks.get(&itt) {
-                Some(t) if !t.aborted => respond(),
-                Some(_) => {}
+            let ordered = match tasks.get(&itt) {
+                Some(t) if !t.aborted => {
+                    respond();
+                    t.ordered
+                }
+                Some(t) => t.ordered,
                 None => return,
-            }
+            };
             tasks.remove(&itt);
+            if ordered {
+                self.request_done();
+            }
         }
         let last = self.inflight.fetch_sub(1, Ordering::AcqRel) == 1;
         if last || self.waiting.load(Ordering::Acquire) > 0 {
@@ -236,6 +245,7 @@ impl Session {
         let mut tasks = self.tasks.lock();
         let mut executing = Vec::new();
         let mut ended = 0;
+        let mut reopen = 0;
         tasks.retain(|itt, t| {
             if !pred(*itt, t) {
                 return true;
@@ -246,10 +256,14 @@ impl Session {
                 true
             } else {
                 ended += 1;
+                reopen += u32::from(t.ordered);
                 false
             }
         });
         drop(tasks);
+        for _ in 0..reopen {
+            self.request_done();
+        }
         if ended > 0 {
             let before = self.inflight.fetch_sub(ended, Ordering::AcqRel);
             if before == ended || self.waiting.load(Ordering::Acquire) > 0 {

@@ -60,7 +60,10 @@ fn snapshot(server: &Server) -> StatusView {
                 initiator: s.initiator_name.to_string(),
                 isid: format!(
                     "0x{}",
-                    s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                    s.isid
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
                 ),
                 tsih: s.tsih,
                 target: s
@@ -98,7 +101,10 @@ fn snapshot(server: &Server) -> StatusView {
 fn metrics_text(server: &Server) -> String {
     let view = snapshot(server);
     let mut out = String::new();
-    let _ = writeln!(out, "# HELP lanes_sessions Logged-in iSCSI sessions.\n# TYPE lanes_sessions gauge");
+    let _ = writeln!(
+        out,
+        "# HELP lanes_sessions Logged-in iSCSI sessions.\n# TYPE lanes_sessions gauge"
+    );
     let _ = writeln!(out, "lanes_sessions {}", view.sessions.len());
     for (name, help) in [
         ("commands", "SCSI commands received"),
@@ -144,7 +150,9 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
     let s = server.clone();
     tasks.push(tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let s = s.clone();
             tokio::spawn(async move {
                 let (rd, mut wr) = stream.into_split();

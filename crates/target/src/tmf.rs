@@ -91,7 +91,9 @@ pub fn handle(
                 tmf_response::TASK_DOES_NOT_EXIST
             }
         }
-        tmf::ABORT_TASK_SET | tmf::CLEAR_TASK_SET if !lun_exists => tmf_response::LUN_DOES_NOT_EXIST,
+        tmf::ABORT_TASK_SET | tmf::CLEAR_TASK_SET if !lun_exists => {
+            tmf_response::LUN_DOES_NOT_EXIST
+        }
         tmf::ABORT_TASK_SET => {
             collect(session, &|_, t| lun_number(t.lun) == lun);
             tmf_response::COMPLETE
@@ -131,7 +133,8 @@ pub fn handle(
     let session = session.clone();
     tokio::spawn(async move {
         for (s, set) in waits {
-            s.wait_until(|tasks| !tasks.keys().any(|k| set.contains(k))).await;
+            s.wait_until(|tasks| !tasks.keys().any(|k| set.contains(k)))
+                .await;
         }
         respond(response);
         if cold {

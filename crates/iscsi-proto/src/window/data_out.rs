@@ -158,10 +158,9 @@ impl DataOutTracker {
         self.received_bytes() == u64::from(self.params.expected_data_length)
     }
 
-    /// The R2Ts to send now: up to MaxOutstandingR2T open bursts, each at most MaxBurstLength
-    /// (RFC 7143 13.15, 13.17). `alloc_ttt` hands out target transfer tags.
-    pub fn next_r2ts(&mut self, mut alloc_ttt: impl FnMut() -> u32) -> Vec<R2tRequest> {
-        let mut out = Vec::new();
+    /// Appends to `out` the R2Ts to send now: up to MaxOutstandingR2T open bursts, each at most
+    /// MaxBurstLength (RFC 7143 13.15, 13.17). `alloc_ttt` hands out target transfer tags.
+    pub fn next_r2ts(&mut self, mut alloc_ttt: impl FnMut() -> u32, out: &mut Vec<R2tRequest>) {
         let max_open = usize::from(self.params.max_outstanding_r2t.max(1));
         let max_burst = self.params.max_burst_length.max(1);
         while self.solicited.len() < max_open {
@@ -191,7 +190,11 @@ impl DataOutTracker {
             });
             out.push(r2t);
         }
-        out
+    }
+
+    /// R2Ts sent so far (ExpDataSN of the SCSI Response counts them, RFC 7143 11.4.6).
+    pub fn r2t_count(&self) -> u32 {
+        self.next_r2t_sn
     }
 
     /// Validates one Data-Out PDU for this task.
@@ -261,21 +264,35 @@ impl DataOutTracker {
         })
     }
 
+    /// Records `start..end` as received, merging with its neighbours in place so an in-order
+    /// transfer keeps a single range and no Data-Out allocates.
     fn insert_received(&mut self, start: u32, end: u32) {
         if start == end {
             return;
         }
         let at = self.received.partition_point(|&(a, _)| a < start);
-        self.received.insert(at, (start, end));
-        // Merge touching neighbours so in-order transfers keep one range.
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.received.len());
-        for &(a, b) in &self.received {
-            match merged.last_mut() {
-                Some(last) if last.1 == a => last.1 = b,
-                _ => merged.push((a, b)),
+        let joins_prev = at > 0 && self.received.get(at - 1).is_some_and(|p| p.1 == start);
+        let joins_next = self.received.get(at).is_some_and(|n| n.0 == end);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                let next_end = self.received.get(at).map_or(end, |n| n.1);
+                if let Some(prev) = self.received.get_mut(at - 1) {
+                    prev.1 = next_end;
+                }
+                self.received.remove(at);
             }
+            (true, false) => {
+                if let Some(prev) = self.received.get_mut(at - 1) {
+                    prev.1 = end;
+                }
+            }
+            (false, true) => {
+                if let Some(next) = self.received.get_mut(at) {
+                    next.0 = start;
+                }
+            }
+            (false, false) => self.received.insert(at, (start, end)),
         }
-        self.received = merged;
     }
 }
 

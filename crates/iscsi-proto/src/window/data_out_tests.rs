@@ -28,6 +28,12 @@ fn data_out(ttt: u32, data_sn: u32, offset: u32, len: usize, final_bit: bool) ->
     }
 }
 
+fn planned(t: &mut DataOutTracker) -> Vec<R2tRequest> {
+    let mut out = Vec::new();
+    t.next_r2ts(tags(), &mut out);
+    out
+}
+
 fn tags() -> impl FnMut() -> u32 {
     let mut n = 100;
     move || {
@@ -40,7 +46,7 @@ fn tags() -> impl FnMut() -> u32 {
 fn immediate_unsolicited_then_solicited() {
     let mut t = DataOutTracker::new(params(40960, 2048)).unwrap();
     // Unsolicited burst: 2048..8192, then R2Ts for 8192..40960 in 16 KiB bursts, 2 at a time.
-    let r2ts = t.next_r2ts(tags());
+    let r2ts = planned(&mut t);
     assert_eq!(
         r2ts,
         vec![
@@ -58,7 +64,7 @@ fn immediate_unsolicited_then_solicited() {
             },
         ]
     );
-    assert!(t.next_r2ts(tags()).is_empty());
+    assert!(planned(&mut t).is_empty());
     let p = t
         .on_data_out(&data_out(RESERVED_TAG, 0, 2048, 4096, false))
         .unwrap();
@@ -81,7 +87,7 @@ fn immediate_unsolicited_then_solicited() {
         assert_eq!(p.all_done, off + 4096 == 40960);
     }
     assert!(t.is_complete());
-    assert!(t.next_r2ts(tags()).is_empty());
+    assert!(planned(&mut t).is_empty());
 }
 
 #[test]
@@ -89,11 +95,11 @@ fn short_unsolicited_burst_leaves_a_hole_for_r2t() {
     let mut p = params(8192, 0);
     p.max_outstanding_r2t = 1;
     let mut t = DataOutTracker::new(p).unwrap();
-    assert!(t.next_r2ts(tags()).is_empty());
+    assert!(planned(&mut t).is_empty());
     t.on_data_out(&data_out(RESERVED_TAG, 0, 0, 1024, true))
         .unwrap();
     assert_eq!(
-        t.next_r2ts(tags()),
+        planned(&mut t),
         vec![R2tRequest {
             ttt: 101,
             r2t_sn: 0,
@@ -116,7 +122,7 @@ fn initial_r2t_yes_means_no_unsolicited_data() {
         t.on_data_out(&data_out(RESERVED_TAG, 0, 0, 512, false)),
         Err(DataOutError::UnsolicitedNotAllowed)
     );
-    let r2t = t.next_r2ts(tags());
+    let r2t = planned(&mut t);
     assert_eq!(r2t.len(), 1);
     assert_eq!((r2t[0].offset, r2t[0].length), (0, 4096));
     let done = t.on_data_out(&data_out(101, 0, 0, 4096, true)).unwrap();
@@ -147,7 +153,7 @@ fn sequence_errors() {
     let mut p = params(16384, 0);
     p.initial_r2t = true;
     let mut t = DataOutTracker::new(p).unwrap();
-    t.next_r2ts(tags());
+    planned(&mut t);
     assert_eq!(
         t.on_data_out(&data_out(999, 0, 0, 512, false)),
         Err(DataOutError::UnknownTransferTag(999))
@@ -197,7 +203,7 @@ fn out_of_order_pdus_within_a_burst_are_accepted_without_overlap() {
     let mut p = params(4096, 0);
     p.initial_r2t = true;
     let mut t = DataOutTracker::new(p).unwrap();
-    t.next_r2ts(tags());
+    planned(&mut t);
     t.on_data_out(&data_out(101, 0, 2048, 2048, false)).unwrap();
     let p = t.on_data_out(&data_out(101, 1, 0, 2048, true)).unwrap();
     assert!(p.all_done);
