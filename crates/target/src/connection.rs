@@ -25,6 +25,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+/// Largest data-out a command may announce: twice the 8 MiB block-limits transfer length, so
+/// COMPARE AND WRITE fits. Larger writes are refused before any data is solicited.
+const MAX_WRITE_BYTES: u32 = 16 << 20;
+
 /// Longest a login may take before the connection is dropped.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -480,7 +484,14 @@ impl Connection {
             max_outstanding_r2t: p.max_outstanding_r2t,
             max_recv_data_segment_length: self.params.max_recv_data_segment_length,
         };
-        let write = match DataOutTracker::new(params) {
+        let tracker = if c.expected_data_length > MAX_WRITE_BYTES {
+            // Nothing this target executes takes more; refusing before soliciting any data
+            // keeps a connection's memory bounded by the negotiated limits.
+            Err(None)
+        } else {
+            DataOutTracker::new(params).map_err(Some)
+        };
+        let write = match tracker {
             Ok(tracker) => {
                 let mut segments = Vec::new();
                 if !c.data.is_empty() {
@@ -494,8 +505,11 @@ impl Connection {
                 }
             }
             Err(e) => {
-                // RFC 7143 10.4.7.2: the command ends with "unexpected unsolicited data".
-                debug!(itt = c.itt, "write refused: {e}");
+                debug!(
+                    itt = c.itt,
+                    edtl = c.expected_data_length,
+                    "write refused: {e:?}"
+                );
                 PendingWrite {
                     tracker: None,
                     segments: Vec::new(),
@@ -603,7 +617,14 @@ impl Connection {
             return;
         }
         let Some(tracker) = w.tracker else {
-            let sense = scsi::Sense::new(0x0b, 0x0c, 0x0c).to_fixed_bytes();
+            // RFC 7143 10.4.7.2: unexpected unsolicited data; an oversized transfer is an
+            // invalid request.
+            let sense = if c.expected_data_length > MAX_WRITE_BYTES {
+                scsi::Sense::new(0x05, 0x24, 0x00)
+            } else {
+                scsi::Sense::new(0x0b, 0x0c, 0x0c)
+            }
+            .to_fixed_bytes();
             crate::exec::fail(&self.session, &self.out, &c, Bytes::copy_from_slice(&sense));
             return;
         };

@@ -292,3 +292,19 @@ fn random_bytes_after_login_do_not_disturb_a_healthy_connection() {
     assert_alive(&server, 4096, &written[0]);
     eprintln!("fuzz: {logins} logins for 10000 strings");
 }
+
+/// A write announcing more data than any command here takes is refused before any data is
+/// solicited: no R2T, CHECK CONDITION ILLEGAL REQUEST, nothing written.
+#[test]
+fn oversized_write_is_refused_without_soliciting_data() {
+    let server = TestServer::simple("");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let d = pattern(77, 512);
+    let r = c
+        .scsi(&cdb_write10(3, 1, 0), 1 << 30, Some(&d))
+        .expect("the command is answered");
+    assert_eq!(r.status, 2, "CHECK CONDITION");
+    assert_eq!(r.r2ts, 0, "no data solicited");
+    assert_eq!(r.sense_triplet(), Some((0x05, 0x24, 0x00)));
+    assert_eq!(c.read10(3, 1), vec![0u8; 512], "nothing written");
+}
