@@ -29,6 +29,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Show the sessions and connections of a running `lanes serve`.
     Status(status::StatusArgs),
+    /// Change the ALUA state of a portal group of a running `lanes serve`.
+    Alua(status::AluaArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -44,16 +46,28 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    match run(cli.command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One clear line (with its causes), never a backtrace: this is for the operator.
+            eprintln!("lanes: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Serve(args) => serve::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Alua(args) => status::alua(args).await,
         }
     })
 }

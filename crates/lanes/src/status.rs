@@ -23,11 +23,15 @@ pub struct StatusArgs {
     json: bool,
 }
 
-pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let socket = args
-        .socket
+fn socket_path(socket: Option<PathBuf>) -> PathBuf {
+    socket
         .or_else(|| std::env::var_os("LANES_SOCKET").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("lanes-data/lanes.sock"));
+        .unwrap_or_else(|| PathBuf::from("lanes-data/lanes.sock"))
+}
+
+/// Sends one JSON request line to a running server and returns its JSON reply.
+pub async fn request(socket: Option<PathBuf>, request: &Value) -> anyhow::Result<Value> {
+    let socket = socket_path(socket);
     let stream = tokio::net::UnixStream::connect(&socket)
         .await
         .with_context(|| {
@@ -37,16 +41,53 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             )
         })?;
     let (read, mut write) = stream.into_split();
-    write.write_all(b"{\"cmd\":\"status\"}\n").await?;
+    write.write_all(format!("{request}\n").as_bytes()).await?;
     write.shutdown().await?;
     let mut reply = String::new();
     BufReader::new(read).read_line(&mut reply).await?;
-    let value: Value = serde_json::from_str(&reply).context("the status reply is not JSON")?;
+    serde_json::from_str(&reply).context("the server's reply is not JSON")
+}
+
+pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let value = request(args.socket, &serde_json::json!({"cmd": "status"})).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", render(&value));
     }
+    Ok(())
+}
+
+/// `lanes alua`: moves a portal group of a running server to another ALUA state (implicit
+/// ALUA); hosts see ASYMMETRIC ACCESS STATE CHANGED and re-read the port groups.
+#[derive(Debug, Args)]
+pub struct AluaArgs {
+    /// Portal group tag (the target port group id).
+    #[arg(long)]
+    group: u16,
+    /// New state.
+    #[arg(long, value_parser = ["active-optimized", "active-non-optimized", "standby", "unavailable", "transitioning"])]
+    state: String,
+    /// Status socket of the running server [default: $LANES_SOCKET or ./lanes-data/lanes.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+pub async fn alua(args: AluaArgs) -> anyhow::Result<()> {
+    let reply = request(
+        args.socket,
+        &serde_json::json!({"cmd": "alua", "group": args.group, "state": args.state}),
+    )
+    .await?;
+    if let Some(e) = reply.get("error").and_then(Value::as_str) {
+        anyhow::bail!("{e}");
+    }
+    println!(
+        "portal group {} is now {} on {}",
+        args.group,
+        args.state,
+        field(&reply, "targets")
+    );
     Ok(())
 }
 

@@ -97,6 +97,39 @@ fn snapshot(server: &Server) -> StatusView {
     }
 }
 
+/// Implicit ALUA (SPC-4 5.16): the administrator moves a portal group to another state on
+/// every target exported there; logical units raise ASYMMETRIC ACCESS STATE CHANGED on every
+/// nexus. Request: `{"cmd":"alua","group":N,"state":"standby"}`.
+fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
+    use scsi::AluaState as A;
+    let group = req
+        .get("group")
+        .and_then(|g| g.as_u64())
+        .and_then(|g| u16::try_from(g).ok());
+    let state = match req.get("state").and_then(|s| s.as_str()) {
+        Some("active-optimized") => Some(A::ActiveOptimized),
+        Some("active-non-optimized") => Some(A::ActiveNonOptimized),
+        Some("standby") => Some(A::Standby),
+        Some("unavailable") => Some(A::Unavailable),
+        Some("transitioning") => Some(A::Transitioning),
+        _ => None,
+    };
+    let (Some(group), Some(state)) = (group, state) else {
+        return serde_json::json!({"error": "need group (a portal group tag) and state (active-optimized, active-non-optimized, standby, unavailable or transitioning)"});
+    };
+    let mut changed = Vec::new();
+    for t in &server.targets {
+        if t.on_portal_group(group) && t.tpgs.set_state(group, state) {
+            changed.push(t.config.name.clone());
+        }
+    }
+    if changed.is_empty() {
+        return serde_json::json!({"error": format!("no target is exported on portal group {group}")});
+    }
+    info!(group, ?state, targets = ?changed, "ALUA state changed");
+    serde_json::json!({"ok": true, "group": group, "targets": changed})
+}
+
 /// Prometheus text exposition of the same counters.
 fn metrics_text(server: &Server) -> String {
     let view = snapshot(server);
@@ -161,7 +194,12 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
                 if rd.read_line(&mut line).await.is_err() {
                     return;
                 }
-                let reply = serde_json::to_string(&snapshot(&s)).unwrap_or_default();
+                let reply = match serde_json::from_str::<serde_json::Value>(&line) {
+                    Ok(req) if req.get("cmd").and_then(|c| c.as_str()) == Some("alua") => {
+                        set_alua(&s, &req).to_string()
+                    }
+                    _ => serde_json::to_string(&snapshot(&s)).unwrap_or_default(),
+                };
                 let _ = wr.write_all(reply.as_bytes()).await;
                 let _ = wr.write_all(b"\n").await;
             });
