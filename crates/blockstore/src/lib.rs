@@ -73,6 +73,22 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// Describes `[offset, offset+len)` as a list of allocated/hole runs covering it exactly.
     fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<Extent>>;
     /// `true` when holes read back as zeros (LBPRZ); both backends do.
+    /// `read_at` that never sleeps: `ErrorKind::WouldBlock` when the data is not already in
+    /// memory (page cache), so an event-loop thread can serve cached reads inline and hand the
+    /// rest to a blocking pool. The default never completes inline.
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let _ = (buf, offset);
+        Err(std::io::ErrorKind::WouldBlock.into())
+    }
+
+    /// `write_vectored_at` that never sleeps (no page-cache allocation stalls, no dirty
+    /// throttling): `ErrorKind::WouldBlock` otherwise, possibly after part of the data was
+    /// written (the caller then writes it all again, which is idempotent).
+    fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        let _ = (bufs, offset);
+        Err(std::io::ErrorKind::WouldBlock.into())
+    }
+
     fn holes_read_zero(&self) -> bool {
         true
     }

@@ -69,6 +69,14 @@ impl BlockDevice for MemoryDevice {
         Ok(())
     }
 
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.read_at(buf, offset)
+    }
+
+    fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        self.write_vectored_at(bufs, offset)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         check_range(self.size, offset, buf.len() as u64)?;
         Self::for_each_piece(offset, buf.len() as u64, |idx, within, pos, n| {

@@ -16,6 +16,31 @@ fn data_len(data: &[Bytes]) -> u64 {
 }
 
 /// The first `n` bytes of the data-out segments, as slices.
+/// How a command may do its I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Io {
+    /// On a thread that may sleep.
+    Blocking,
+    /// On an event-loop thread: complete only from memory, never sleep.
+    NoWait,
+}
+
+/// The first `n` bytes of `data` as slices in `out`; returns how many slots were used.
+fn fill_first_bytes<'a>(data: &'a [Bytes], n: u64, out: &mut [&'a [u8]]) -> usize {
+    let mut left = n as usize;
+    let mut used = 0;
+    for (seg, slot) in data.iter().zip(out.iter_mut()) {
+        if left == 0 {
+            break;
+        }
+        let take = seg.len().min(left);
+        *slot = seg.get(..take).unwrap_or_default();
+        left -= take;
+        used += 1;
+    }
+    used
+}
+
 fn first_bytes(data: &[Bytes], n: u64) -> Vec<&[u8]> {
     let mut left = n as usize;
     let mut v = Vec::with_capacity(data.len());
@@ -58,35 +83,73 @@ impl LogicalUnit {
         Ok(())
     }
 
-    pub(crate) fn read(&self, r: BlockRange, out: &mut BytesMut) -> Result<(), Sense> {
+    /// READ. With `Io::NoWait`, `Ok(false)` means the data is not in memory and nothing was
+    /// done (the caller retries on a blocking thread).
+    pub(crate) fn read(&self, r: BlockRange, out: &mut BytesMut, io: Io) -> Result<bool, Sense> {
         self.check_transfer(&r)?;
         let n = (u64::from(r.blocks) * self.bs()) as usize;
         let start = out.len();
         out.resize(start + n, 0);
         let buf = out.get_mut(start..).unwrap_or_default();
-        self.cfg
-            .device
-            .read_at(buf, r.lba * self.bs())
-            .map_err(|_| Sense::read_error())
+        let offset = r.lba * self.bs();
+        let result = match io {
+            Io::Blocking => self.cfg.device.read_at(buf, offset),
+            Io::NoWait => self.cfg.device.read_at_nowait(buf, offset),
+        };
+        match result {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && io == Io::NoWait => {
+                out.truncate(start);
+                Ok(false)
+            }
+            Err(_) => Err(Sense::read_error()),
+        }
     }
 
     /// WRITE: writes min(CDB length, bytes the initiator sent) (FCP-4 / libiscsi residual tests).
-    pub(crate) fn write(&self, req: &ScsiRequest<'_>, r: BlockRange) -> Result<(), Sense> {
+    /// With `Io::NoWait`, `Ok(false)` means it could not complete without sleeping (a flush is
+    /// due, a COMPARE AND WRITE holds the range, or the page cache cannot take it now); the
+    /// caller retries on a blocking thread, rewriting the same bytes.
+    pub(crate) fn write(
+        &self,
+        req: &ScsiRequest<'_>,
+        r: BlockRange,
+        io: Io,
+    ) -> Result<bool, Sense> {
         self.check_writable()?;
         self.check_transfer(&r)?;
         if r.blocks == 0 {
-            return Ok(());
+            return Ok(true);
         }
         let n = (u64::from(r.blocks) * self.bs()).min(data_len(req.data_out));
-        let bufs = first_bytes(req.data_out, n);
         let end = r.lba + u64::from(r.blocks);
+        let offset = r.lba * self.bs();
+        if io == Io::NoWait {
+            if r.fua || !self.wce.load(Ordering::Relaxed) || req.data_out.len() > 16 {
+                return Ok(false);
+            }
+            let Some(guard) = self.caw.try_write(r.lba, end) else {
+                return Ok(false);
+            };
+            let mut slices: [&[u8]; 16] = [&[]; 16];
+            let count = fill_first_bytes(req.data_out, n, &mut slices);
+            let done = self
+                .cfg
+                .device
+                .write_vectored_at_nowait(slices.get(..count).unwrap_or_default(), offset)
+                .is_ok();
+            drop(guard);
+            return Ok(done);
+        }
+        let bufs = first_bytes(req.data_out, n);
         let guard = self.caw.write(r.lba, end);
         self.cfg
             .device
-            .write_vectored_at(&bufs, r.lba * self.bs())
+            .write_vectored_at(&bufs, offset)
             .map_err(|_| Sense::write_error())?;
         drop(guard);
-        self.complete_write(r.fua)
+        self.complete_write(r.fua)?;
+        Ok(true)
     }
 
     pub(crate) fn verify(

@@ -49,6 +49,15 @@ impl LunMap {
         &self.luns
     }
 
+    /// [`LogicalUnit::execute_nowait`] for `req.lun`; `None` for anything else.
+    pub fn execute_nowait(
+        &self,
+        req: &ScsiRequest<'_>,
+        data_in: &mut BytesMut,
+    ) -> Option<ScsiOutcome> {
+        self.get(req.lun)?.execute_nowait(req, data_in)
+    }
+
     /// Executes a command addressed to `req.lun`.
     pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);

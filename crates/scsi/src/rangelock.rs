@@ -87,6 +87,17 @@ impl CawLocks {
         WriteGuard::Slow(self, r)
     }
 
+    /// Enters an ordinary write unless a COMPARE AND WRITE is active (then `None`: the caller
+    /// must not wait on this thread).
+    pub fn try_write(&self, _start: u64, _end: u64) -> Option<WriteGuard<'_>> {
+        self.fast_writers.fetch_add(1, Ordering::SeqCst);
+        if self.caws.load(Ordering::SeqCst) == 0 {
+            return Some(WriteGuard::Fast(self));
+        }
+        self.fast_writers.fetch_sub(1, Ordering::SeqCst);
+        None
+    }
+
     /// Enters a COMPARE AND WRITE of blocks `[start, end)`; returns once no other write can
     /// touch the range until the guard drops.
     pub fn compare_and_write(&self, start: u64, end: u64) -> CawGuard<'_> {

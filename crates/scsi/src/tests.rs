@@ -553,3 +553,56 @@ fn write_through_when_cache_disabled() {
     assert_eq!(d[6] & 0x04, 0);
     assert_eq!(run(&map, &a, &cdb16(0x8A, 0, 1), &[1; 512], 0).0.status, 0);
 }
+
+fn run_nowait(map: &LunMap, n: &Nexus, cdb: &[u8], data: &[u8]) -> Option<(ScsiOutcome, BytesMut)> {
+    let segs = if data.is_empty() {
+        vec![]
+    } else {
+        vec![Bytes::copy_from_slice(data)]
+    };
+    let req = ScsiRequest {
+        nexus: n,
+        lun: 0,
+        cdb,
+        data_out: &segs,
+        data_in_limit: 1 << 20,
+        attr: TaskAttribute::Simple,
+    };
+    let mut out = BytesMut::new();
+    map.execute_nowait(&req, &mut out).map(|o| (o, out))
+}
+
+/// The event-loop path serves plain reads and buffered writes, and declines (changing nothing)
+/// whatever needs a flush, a unit attention report, or is not I/O.
+#[test]
+fn nowait_path_serves_plain_io_and_declines_the_rest() {
+    let f = fixture();
+    let n = nexus(1, "iqn.2026-11.test:a", 1);
+    f.map.nexus_added(&n);
+    // The power-on unit attention is pending: the inline path must leave it to `execute`.
+    assert!(run_nowait(&f.map, &n, &cdb16(0x88, 0, 1), &[]).is_none());
+    let (o, _) = run(&f.map, &n, &[0u8; 6], &[], 0);
+    assert_eq!(
+        asc(&o),
+        (0x06, 0x29, 0x00),
+        "UA still reported after the declined attempt"
+    );
+    let data = vec![0x5au8; 1024];
+    let (o, _) = run_nowait(&f.map, &n, &cdb16(0x8a, 10, 2), &data).expect("buffered write inline");
+    assert_eq!(o.status, 0);
+    let (o, out) = run_nowait(&f.map, &n, &cdb16(0x88, 10, 2), &[]).expect("read inline");
+    assert_eq!(o.status, 0);
+    assert_eq!(&out[..], &data[..]);
+    // FUA needs a flush: declined, and nothing written.
+    let mut fua = cdb16(0x8a, 20, 1);
+    fua[1] = 0x08;
+    assert!(run_nowait(&f.map, &n, &fua, &[1u8; 512]).is_none());
+    let mut check = [0u8; 512];
+    f.dev.read_at(&mut check, 20 * 512).unwrap();
+    assert_eq!(check, [0u8; 512]);
+    // Not I/O: declined.
+    assert!(run_nowait(&f.map, &n, &[0u8; 6], &[]).is_none());
+    // A bad LBA is answered inline with the same sense as the blocking path.
+    let (o, _) = run_nowait(&f.map, &n, &cdb16(0x88, BLOCKS, 1), &[]).expect("answered");
+    assert_eq!(asc(&o), (0x05, 0x21, 0x00));
+}

@@ -106,6 +106,11 @@ impl UnitAttentions {
         self.raise_where(asc, ascq, |id, _| Some(id) != except);
     }
 
+    /// Whether any nexus has a condition queued (one atomic load).
+    pub fn any_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire) != 0
+    }
+
     /// Takes the oldest pending condition of a nexus.
     pub fn take(&self, id: u64) -> Option<Sense> {
         if self.pending.load(Ordering::Acquire) == 0 {

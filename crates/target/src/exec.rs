@@ -18,6 +18,10 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 
 /// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
 /// aborted meanwhile (then no response is sent: task management answers for it).
+///
+/// READs served from the page cache and buffered WRITEs run right here on the connection's
+/// task (`execute_nowait`); everything else, and anything that would sleep, runs on the
+/// blocking pool.
 pub fn spawn(
     session: Arc<Session>,
     out: mpsc::UnboundedSender<Outbound>,
@@ -26,6 +30,28 @@ pub fn spawn(
     received: u32,
     r2t_count: u32,
 ) {
+    if let (Some(target), None) = (session.target.as_ref(), &cmd.extended_cdb) {
+        let lun = crate::tmf::lun_number(cmd.lun);
+        let mut data_in = BytesMut::new();
+        let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
+        if let Some(outcome) = target.luns.execute_nowait(&req, &mut data_in) {
+            let write_expected = cmd
+                .write
+                .then(|| data_out_length(&target.luns, lun, &cmd.cdb))
+                .flatten();
+            respond(
+                &session,
+                &out,
+                &cmd,
+                outcome,
+                data_in,
+                write_expected,
+                received,
+                r2t_count,
+            );
+            return;
+        }
+    }
     tokio::task::spawn_blocking(move || {
         let Some(target) = session.target.as_ref() else {
             session.task_done(cmd.itt);
@@ -44,39 +70,72 @@ pub fn spawn(
         };
         let mut data_in = BytesMut::new();
         let lun = crate::tmf::lun_number(cmd.lun);
-        let req = scsi::ScsiRequest {
-            nexus: &session.nexus,
-            lun,
-            cdb,
-            data_out: &segments,
-            data_in_limit: cmd.expected_data_length,
-            attr: attribute(cmd.attr),
-        };
+        let req = request(&session, &cmd, lun, cdb, &segments);
         let outcome = target.luns.execute(&req, &mut data_in);
-        let write_expected = if cmd.write {
-            data_out_length(&target.luns, lun, cdb)
-        } else {
-            None
-        };
-        let sense = outcome
-            .sense
-            .map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
-        let done = ScsiDone {
-            itt: cmd.itt,
-            lun: cmd.lun,
-            status: outcome.status,
-            sense,
-            data_in: data_in.freeze(),
-            edtl: cmd.expected_data_length,
-            read: cmd.read,
-            write: cmd.write,
+        let write_expected = cmd
+            .write
+            .then(|| data_out_length(&target.luns, lun, cdb))
+            .flatten();
+        respond(
+            &session,
+            &out,
+            &cmd,
+            outcome,
+            data_in,
             write_expected,
-            write_received: received,
+            received,
             r2t_count,
-        };
-        session.finish_task(cmd.itt, || {
-            let _ = out.send(Outbound::Scsi(Box::new(done)));
-        });
+        );
+    });
+}
+
+fn request<'a>(
+    session: &'a Session,
+    cmd: &ScsiCommand,
+    lun: u64,
+    cdb: &'a [u8],
+    segments: &'a [Bytes],
+) -> scsi::ScsiRequest<'a> {
+    scsi::ScsiRequest {
+        nexus: &session.nexus,
+        lun,
+        cdb,
+        data_out: segments,
+        data_in_limit: cmd.expected_data_length,
+        attr: attribute(cmd.attr),
+    }
+}
+
+/// Queues the response of a finished command (unless it was aborted meanwhile).
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    session: &Session,
+    out: &mpsc::UnboundedSender<Outbound>,
+    cmd: &ScsiCommand,
+    outcome: scsi::ScsiOutcome,
+    data_in: BytesMut,
+    write_expected: Option<u32>,
+    received: u32,
+    r2t_count: u32,
+) {
+    let sense = outcome
+        .sense
+        .map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
+    let done = ScsiDone {
+        itt: cmd.itt,
+        lun: cmd.lun,
+        status: outcome.status,
+        sense,
+        data_in: data_in.freeze(),
+        edtl: cmd.expected_data_length,
+        read: cmd.read,
+        write: cmd.write,
+        write_expected,
+        write_received: received,
+        r2t_count,
+    };
+    session.finish_task(cmd.itt, || {
+        let _ = out.send(Outbound::Scsi(Box::new(done)));
     });
 }
 
