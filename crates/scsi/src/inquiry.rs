@@ -85,7 +85,7 @@ impl LogicalUnit {
             0xB2 => {
                 body.resize(4, 0);
                 if self.cfg.thin {
-                    let lbprz = if self.cfg.device.holes_read_zero() {
+                    let lbprz = if self.reports_lbprz() {
                         0x04
                     } else {
                         0

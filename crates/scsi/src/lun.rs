@@ -160,6 +160,14 @@ impl LogicalUnit {
         }
     }
 
+    /// Whether LBPRZ (unmapped blocks read as zeros) is reported. Holes of the backing file do
+    /// read as zeros, but QEMU's iSCSI driver (7.2, Debian 12) asserts when LBPRZ is set on a
+    /// LUN with 4096-byte blocks (it probes block status 512 bytes at a time), which kills any
+    /// QEMU guest reading 32 KiB or more; so 4096-byte LUNs report LBPRZ=0 and still read zeros.
+    pub(crate) fn reports_lbprz(&self) -> bool {
+        self.cfg.device.holes_read_zero() && self.cfg.block_size == 512
+    }
+
     /// Executes a READ or WRITE without sleeping, if it can complete from memory (page-cache
     /// hits, buffered writes that need no flush); `None` otherwise, with nothing changed, and
     /// the caller runs [`execute`](Self::execute) on a blocking thread. Lets an event loop
@@ -283,7 +291,7 @@ impl LogicalUnit {
                 b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
                 if self.cfg.thin {
                     b[14] = 0x80
-                        | if self.cfg.device.holes_read_zero() {
+                        | if self.reports_lbprz() {
                             0x40
                         } else {
                             0
