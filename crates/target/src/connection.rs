@@ -487,36 +487,28 @@ impl Connection {
         let tracker = if c.expected_data_length > MAX_WRITE_BYTES {
             // Nothing this target executes takes more; refusing before soliciting any data
             // keeps a connection's memory bounded by the negotiated limits.
-            Err(None)
+            debug!(
+                itt = c.itt,
+                edtl = c.expected_data_length,
+                "write too large"
+            );
+            Err(scsi::Sense::new(0x05, 0x24, 0x00))
         } else {
-            DataOutTracker::new(params).map_err(Some)
+            DataOutTracker::new(params).map_err(|e| {
+                // RFC 7143 10.4.7.2: unexpected unsolicited data.
+                debug!(itt = c.itt, "write refused: {e}");
+                scsi::Sense::new(0x0b, 0x0c, 0x0c)
+            })
         };
-        let write = match tracker {
-            Ok(tracker) => {
-                let mut segments = Vec::new();
-                if !c.data.is_empty() {
-                    segments.push(c.data.clone());
-                }
-                PendingWrite {
-                    tracker: Some(tracker),
-                    segments,
-                    command: None,
-                    lun: c.lun,
-                }
-            }
-            Err(e) => {
-                debug!(
-                    itt = c.itt,
-                    edtl = c.expected_data_length,
-                    "write refused: {e:?}"
-                );
-                PendingWrite {
-                    tracker: None,
-                    segments: Vec::new(),
-                    command: None,
-                    lun: c.lun,
-                }
-            }
+        let mut segments = Vec::new();
+        if tracker.is_ok() && !c.data.is_empty() {
+            segments.push(c.data.clone());
+        }
+        let write = PendingWrite {
+            tracker,
+            segments,
+            command: None,
+            lun: c.lun,
         };
         self.writes.insert(c.itt, write);
         self.issue_r2ts(c.itt);
@@ -529,7 +521,7 @@ impl Connection {
             self.reject(reject_reason::PROTOCOL_ERROR, &header);
             return;
         };
-        let Some(tracker) = w.tracker.as_mut() else {
+        let Ok(tracker) = w.tracker.as_mut() else {
             return;
         };
         match tracker.on_data_out(d) {
@@ -539,9 +531,14 @@ impl Connection {
                 }
             }
             Err(e) => {
+                // ErrorRecoveryLevel 0 (RFC 7143 7.1.4): reject the PDU and end the command
+                // with an iSCSI sense rather than leave it waiting for data that cannot come.
                 debug!(itt = d.itt, "Data-Out refused: {e}");
+                w.tracker = Err(scsi::Sense::new(0x0b, 0x0c, 0x0d));
+                w.segments.clear();
                 let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
                 self.reject(e.reject_reason(), &header);
+                self.try_execute_write(d.itt);
                 return;
             }
         }
@@ -552,7 +549,7 @@ impl Connection {
     /// Sends the R2Ts a write may have outstanding now (MaxOutstandingR2T, RFC 7143 13.17).
     fn issue_r2ts(&mut self, itt: u32) {
         let Some(PendingWrite {
-            tracker: Some(tracker),
+            tracker: Ok(tracker),
             lun,
             ..
         }) = self.writes.get_mut(&itt)
@@ -602,7 +599,8 @@ impl Connection {
     /// Executes a write once it is both delivered in CmdSN order and has all its data.
     fn try_execute_write(&mut self, itt: u32) {
         let ready = self.writes.get(&itt).is_some_and(|w| {
-            w.command.is_some() && w.tracker.as_ref().is_none_or(DataOutTracker::is_complete)
+            w.command.is_some() && w.tracker.as_ref().is_ok_and(DataOutTracker::is_complete)
+                || w.command.is_some() && w.tracker.is_err()
         });
         if !ready {
             return;
@@ -616,17 +614,13 @@ impl Connection {
         if !self.session.begin_execution(itt) {
             return;
         }
-        let Some(tracker) = w.tracker else {
-            // RFC 7143 10.4.7.2: unexpected unsolicited data; an oversized transfer is an
-            // invalid request.
-            let sense = if c.expected_data_length > MAX_WRITE_BYTES {
-                scsi::Sense::new(0x05, 0x24, 0x00)
-            } else {
-                scsi::Sense::new(0x0b, 0x0c, 0x0c)
+        let tracker = match w.tracker {
+            Ok(t) => t,
+            Err(sense) => {
+                let sense = Bytes::copy_from_slice(&sense.to_fixed_bytes());
+                crate::exec::fail(&self.session, &self.out, &c, sense);
+                return;
             }
-            .to_fixed_bytes();
-            crate::exec::fail(&self.session, &self.out, &c, Bytes::copy_from_slice(&sense));
-            return;
         };
         let received = u32::try_from(tracker.received_bytes()).unwrap_or(u32::MAX);
         crate::exec::spawn(
@@ -744,8 +738,9 @@ impl Connection {
 
 /// A write whose data is being collected, and its command once its CmdSN turn has come.
 struct PendingWrite {
-    /// `None`: the command's data announcement broke the negotiated rules; it fails.
-    tracker: Option<DataOutTracker>,
+    /// `Err`: the command's data broke the negotiated rules or limits; it ends with this sense
+    /// once its CmdSN turn comes.
+    tracker: Result<DataOutTracker, scsi::Sense>,
     /// Immediate data and Data-Out segments in arrival (= offset) order; DataPDUInOrder and
     /// DataSequenceInOrder are always Yes because we offer Yes and the result function is OR.
     segments: Vec<Bytes>,

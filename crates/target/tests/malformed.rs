@@ -308,3 +308,52 @@ fn oversized_write_is_refused_without_soliciting_data() {
     assert_eq!(r.sense_triplet(), Some((0x05, 0x24, 0x00)));
     assert_eq!(c.read10(3, 1), vec![0u8; 512], "nothing written");
 }
+
+/// ErrorRecoveryLevel 0: a Data-Out out of DataSN sequence is rejected and its command ends
+/// with ABORTED COMMAND (incorrect amount of data) instead of waiting forever; nothing is
+/// written and the session keeps working.
+#[test]
+fn bad_data_sn_ends_the_command_with_sense() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let itt = c.itt();
+    let data = pattern(5, 1024);
+    c.send_scsi(itt, cmd_sn, 0, &cdb_write10(8, 2, 0), 1024, Some(&data));
+    let r2t = match c.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt)) {
+        Ok(Pdu::R2t(r)) => r,
+        other => panic!("expected R2T, got {other:?}"),
+    };
+    c.send(&Pdu::DataOut(DataOut {
+        final_bit: true,
+        itt,
+        ttt: r2t.ttt,
+        exp_stat_sn: c.exp_stat_sn,
+        data_sn: 27,
+        buffer_offset: 0,
+        data: Bytes::from(data.clone()),
+        ..DataOut::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::Reject(_))) {
+        Ok(Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::PROTOCOL_ERROR),
+        other => panic!("expected Reject, got {other:?}"),
+    }
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2);
+            assert_eq!(r.data[2] & 0x7f, 0x70, "fixed-format sense");
+            assert_eq!(
+                (r.data[4] & 0x0f, r.data[14], r.data[15]),
+                (0x0b, 0x0c, 0x0d)
+            );
+        }
+        other => panic!("expected the command's response, got {other:?}"),
+    }
+    assert_eq!(c.read10(8, 2), vec![0u8; 1024], "nothing written");
+}
