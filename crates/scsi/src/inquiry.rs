@@ -85,11 +85,7 @@ impl LogicalUnit {
             0xB2 => {
                 body.resize(4, 0);
                 if self.cfg.thin {
-                    let lbprz = if self.reports_lbprz() {
-                        0x04
-                    } else {
-                        0
-                    };
+                    let lbprz = if self.reports_lbprz() { 0x04 } else { 0 };
                     // LBPU, LBPWS, LBPWS10, LBPRZ; provisioning type thin.
                     crate::put(&mut body, 1, &[0x80 | 0x40 | 0x20 | lbprz, 0x02]);
                 }

@@ -290,12 +290,7 @@ impl LogicalUnit {
                 b[0..8].copy_from_slice(&(self.blocks - 1).to_be_bytes());
                 b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
                 if self.cfg.thin {
-                    b[14] = 0x80
-                        | if self.reports_lbprz() {
-                            0x40
-                        } else {
-                            0
-                        };
+                    b[14] = 0x80 | if self.reports_lbprz() { 0x40 } else { 0 };
                 }
                 put_truncated(out, &b, alloc);
             }

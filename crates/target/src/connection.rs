@@ -2,6 +2,7 @@
 //! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
 
 use crate::login_phase::ConnectionPolicy;
+use crate::pool::BufferPool;
 use crate::server::{Portal, Server};
 use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
 use crate::stats::ConnectionStats;
@@ -171,7 +172,10 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         close: close.clone(),
         released: released_tx,
     });
+    let pool = Arc::new(BufferPool::default());
     let writer = Writer {
+        pool: pool.clone(),
+        sent: Vec::new(),
         socket: wr,
         session: session.clone(),
         stats: stats.clone(),
@@ -198,6 +202,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         text: TextResponder::new(params.max_xmit_data_segment_length),
         ready: Vec::new(),
         r2ts: Vec::new(),
+        pool,
     };
     let end = conn.serve(rd, buf, released_rx).await;
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
@@ -245,6 +250,8 @@ pub(crate) struct Connection {
     ping_outstanding: bool,
     local: SocketAddr,
     text: TextResponder,
+    /// Data-In buffers, shared with the writer that returns them.
+    pool: Arc<BufferPool>,
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.
     ready: Vec<Pdu>,
     r2ts: Vec<R2tRequest>,
@@ -592,7 +599,15 @@ impl Connection {
             return;
         }
         if self.session.begin_execution(itt) {
-            crate::exec::spawn(self.session.clone(), self.out.clone(), c, Vec::new(), 0, 0);
+            crate::exec::spawn(
+                self.session.clone(),
+                self.out.clone(),
+                &self.pool,
+                c,
+                Vec::new(),
+                0,
+                0,
+            );
         }
     }
 
@@ -626,6 +641,7 @@ impl Connection {
         crate::exec::spawn(
             self.session.clone(),
             self.out.clone(),
+            &self.pool,
             c,
             w.segments,
             received,

@@ -1,5 +1,6 @@
 //! Runs SCSI commands on the blocking pool (file I/O) and hands their results to the writer.
 
+use crate::pool::BufferPool;
 use crate::session::Session;
 use crate::writer::{Outbound, ScsiDone};
 use bytes::{Bytes, BytesMut};
@@ -25,6 +26,7 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 pub fn spawn(
     session: Arc<Session>,
     out: mpsc::UnboundedSender<Outbound>,
+    pool: &Arc<BufferPool>,
     cmd: ScsiCommand,
     segments: Vec<Bytes>,
     received: u32,
@@ -32,7 +34,7 @@ pub fn spawn(
 ) {
     if let (Some(target), None) = (session.target.as_ref(), &cmd.extended_cdb) {
         let lun = crate::tmf::lun_number(cmd.lun);
-        let mut data_in = BytesMut::new();
+        let mut data_in = pool.get(data_in_size(&cmd));
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
         if let Some(outcome) = target.luns.execute_nowait(&req, &mut data_in) {
             let write_expected = cmd
@@ -51,7 +53,9 @@ pub fn spawn(
             );
             return;
         }
+        pool.put(data_in.freeze());
     }
+    let pool = pool.clone();
     tokio::task::spawn_blocking(move || {
         let Some(target) = session.target.as_ref() else {
             session.task_done(cmd.itt);
@@ -68,7 +72,7 @@ pub fn spawn(
             }
             None => &cmd.cdb,
         };
-        let mut data_in = BytesMut::new();
+        let mut data_in = pool.get(data_in_size(&cmd));
         let lun = crate::tmf::lun_number(cmd.lun);
         let req = request(&session, &cmd, lun, cdb, &segments);
         let outcome = target.luns.execute(&req, &mut data_in);
@@ -87,6 +91,16 @@ pub fn spawn(
             r2t_count,
         );
     });
+}
+
+/// Room to reserve for a command's data-in: what the initiator expects (READ) or a small
+/// default for parameter data (INQUIRY, MODE SENSE...).
+fn data_in_size(cmd: &ScsiCommand) -> usize {
+    if cmd.read {
+        (cmd.expected_data_length as usize).min(16 << 20)
+    } else {
+        0
+    }
 }
 
 fn request<'a>(
@@ -135,7 +149,7 @@ fn respond(
         r2t_count,
     };
     session.finish_task(cmd.itt, || {
-        let _ = out.send(Outbound::Scsi(Box::new(done)));
+        let _ = out.send(Outbound::Scsi(done));
     });
 }
 
@@ -160,7 +174,7 @@ pub fn fail(
         r2t_count: 0,
     };
     session.finish_task(cmd.itt, || {
-        let _ = out.send(Outbound::Scsi(Box::new(done)));
+        let _ = out.send(Outbound::Scsi(done));
     });
 }
 

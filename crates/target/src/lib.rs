@@ -7,6 +7,7 @@ pub mod config;
 mod connection;
 mod exec;
 mod login_phase;
+mod pool;
 mod portals;
 mod server;
 mod session;

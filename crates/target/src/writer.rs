@@ -1,6 +1,7 @@
 //! The sending half of a connection: numbers responses with StatSN, lays out Data-In sequences
 //! and writes every queued PDU of a wake-up in one vectored write.
 
+use crate::pool::BufferPool;
 use crate::session::Session;
 use crate::stats::ConnectionStats;
 use bytes::{Bytes, BytesMut};
@@ -39,7 +40,7 @@ pub struct ScsiDone {
 pub enum Outbound {
     /// A PDU; StatSN, ExpCmdSN and MaxCmdSN are filled in here.
     Pdu(Pdu),
-    Scsi(Box<ScsiDone>),
+    Scsi(ScsiDone),
     /// Flush what is queued, then close the socket (after a Logout Response or a fatal error).
     Close,
 }
@@ -82,6 +83,10 @@ pub struct Writer {
     pub max_xmit: u32,
     /// MaxBurstLength: the F bit closes each Data-In sequence of this size.
     pub max_burst: u32,
+    /// Where Data-In buffers go back once written.
+    pub pool: Arc<BufferPool>,
+    /// Data-In buffers of the PDUs being written, returned to `pool` after the write.
+    pub sent: Vec<Bytes>,
 }
 
 impl Writer {
@@ -97,7 +102,7 @@ impl Writer {
             while let Some(msg) = next.take() {
                 match msg {
                     Outbound::Pdu(p) => pdus.push(p),
-                    Outbound::Scsi(done) => self.lay_out(*done, &mut pdus),
+                    Outbound::Scsi(done) => self.lay_out(done, &mut pdus),
                     Outbound::Close => {
                         close = true;
                         break;
@@ -150,13 +155,16 @@ impl Writer {
         let total: usize = chunks.iter().map(Bytes::len).sum();
         write_all_vectored(&mut self.socket, chunks).await?;
         chunks.clear();
+        for data in self.sent.drain(..) {
+            self.pool.put(data);
+        }
         self.stats.add_out(count, total);
         Ok(())
     }
 
     /// Turns a completed command into Data-In PDUs (the last one carrying status when there is
     /// no sense: phase collapse, RFC 7143 11.7.4) and, if needed, a SCSI Response.
-    fn lay_out(&self, done: ScsiDone, out: &mut Vec<Pdu>) {
+    fn lay_out(&mut self, done: ScsiDone, out: &mut Vec<Pdu>) {
         let mut data = done.data_in;
         let (mut overflow, mut underflow, mut residual) = (false, false, 0u32);
         if done.read {
@@ -217,6 +225,9 @@ impl Writer {
             }));
             offset += len;
             data_sn = data_sn.wrapping_add(1);
+        }
+        if !data.is_empty() {
+            self.sent.push(data);
         }
         if collapse {
             return;
