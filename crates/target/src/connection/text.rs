@@ -1,0 +1,48 @@
+//! Full-feature Text Requests on a connection: `iscsi_proto::text_exchange` does the keys and
+//! the continuation; the connection supplies what SendTargets may show.
+
+use super::{header_of, next_tag, Connection};
+use iscsi_proto::pdu::{reject_reason, Pdu, TextRequest};
+use iscsi_proto::text_exchange::{answer_keys, TextContext, TextInput};
+use tracing::debug;
+
+impl Connection {
+    /// Answers a Text Request (RFC 7143 11.10): gathers the initiator's pieces, answers the
+    /// keys, and hands out a long answer piece by piece.
+    pub(crate) fn text_request(&mut self, req: TextRequest) {
+        let ttt = next_tag(&mut self.next_ttt);
+        let response = match self.text.receive(&req, ttt) {
+            Ok(TextInput::Send(resp)) => resp,
+            Ok(TextInput::Request(keys)) => {
+                let targets = crate::text::visible_targets(&self.server, &self.session, self.local);
+                let ctx = TextContext {
+                    session_type: self.session.params.session_type,
+                    current_target: self.session.target.as_ref().map(|t| t.config.name.as_str()),
+                    targets: &targets,
+                    max_recv_data_segment_length: self.params.max_recv_data_segment_length,
+                };
+                match answer_keys(&keys, &ctx) {
+                    Ok(answer) => {
+                        if let Some(max) = answer.max_xmit_data_segment_length {
+                            self.text.set_max_xmit(max);
+                        }
+                        self.text.respond(&req, answer.text, ttt)
+                    }
+                    Err(e) => {
+                        debug!("bad Text Request: {e}");
+                        let header = header_of(&Pdu::TextRequest(req), &self.framer);
+                        self.reject(reject_reason::PROTOCOL_ERROR, &header);
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                debug!("bad Text Request: {e}");
+                let header = header_of(&Pdu::TextRequest(req), &self.framer);
+                self.reject(e.reject_reason(), &header);
+                return;
+            }
+        };
+        self.send(Pdu::TextResponse(response));
+    }
+}
