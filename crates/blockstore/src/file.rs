@@ -8,6 +8,7 @@ use rustix::fs::{FallocateFlags, FlockOperation, SeekFrom};
 use rustix::io::ReadWriteFlags;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, IoSlice};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -15,7 +16,15 @@ use std::path::Path;
 pub struct FileDevice {
     file: File,
     size: u64,
+    /// Cleared the first time the kernel answers RWF_NOWAIT writes with EOPNOTSUPP (ext4
+    /// before buffered-NOWAIT support): from then on short writes go straight to pwritev.
+    nowait_writes: AtomicBool,
 }
+
+/// Largest buffered write done on an event-loop thread when the kernel cannot do RWF_NOWAIT
+/// writes: copying it into the page cache takes microseconds; only dirty-page throttling
+/// (balance_dirty_pages) could make it sleep, which is backpressure the disk imposes anyway.
+const INLINE_WRITE_MAX: u64 = 256 * 1024;
 
 impl FileDevice {
     /// Opens `path`, creating a sparse file of `size` bytes (and its parent directories) when
@@ -67,7 +76,11 @@ impl FileDevice {
             }
             _ => actual,
         };
-        Ok(Self { file, size })
+        Ok(Self {
+            file,
+            size,
+            nowait_writes: AtomicBool::new(true),
+        })
     }
 }
 
@@ -123,6 +136,12 @@ impl BlockDevice for FileDevice {
         if bufs.len() > 64 {
             return Err(ErrorKind::WouldBlock.into());
         }
+        if !self.nowait_writes.load(Ordering::Relaxed) {
+            if total > INLINE_WRITE_MAX {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            return self.write_vectored_at(bufs, offset);
+        }
         let mut slices = [IoSlice::new(&[]); 64];
         for (slot, b) in slices.iter_mut().zip(bufs) {
             *slot = IoSlice::new(b);
@@ -130,7 +149,11 @@ impl BlockDevice for FileDevice {
         let slices = slices.get(..bufs.len()).unwrap_or_default();
         match rustix::io::pwritev2(&self.file, slices, offset, ReadWriteFlags::NOWAIT) {
             Ok(n) if n as u64 == total => Ok(()),
-            // Partial, EAGAIN or unsupported: the blocking path writes it all.
+            Err(rustix::io::Errno::OPNOTSUPP) => {
+                self.nowait_writes.store(false, Ordering::Relaxed);
+                self.write_vectored_at_nowait(bufs, offset)
+            }
+            // Partial or EAGAIN: the blocking path writes it all.
             _ => Err(ErrorKind::WouldBlock.into()),
         }
     }

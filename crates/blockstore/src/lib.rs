@@ -81,9 +81,11 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::WouldBlock.into())
     }
 
-    /// `write_vectored_at` that never sleeps (no page-cache allocation stalls, no dirty
-    /// throttling): `ErrorKind::WouldBlock` otherwise, possibly after part of the data was
-    /// written (the caller then writes it all again, which is idempotent).
+    /// `write_vectored_at` for an event-loop thread: completes only if it is short (a copy
+    /// into memory that waits for no disk I/O), `ErrorKind::WouldBlock` otherwise, possibly
+    /// after part of the data was written (the caller then writes it all again, which is
+    /// idempotent). The file backend uses RWF_NOWAIT where the kernel supports it for buffered
+    /// writes, and otherwise writes small buffered writes directly.
     fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
         let _ = (bufs, offset);
         Err(std::io::ErrorKind::WouldBlock.into())
