@@ -81,6 +81,9 @@ pub struct TargetLogin {
     stat_sn: u32,
     exp_cmd_sn: u32,
     tpgt_sent: bool,
+    /// InitiatorName once declared, kept after the login ends so a failure can be logged
+    /// with it.
+    initiator: String,
 }
 
 fn negotiation_failure(e: NegotiationError) -> Failure {
@@ -101,6 +104,7 @@ impl TargetLogin {
             stat_sn: 0,
             exp_cmd_sn: 0,
             tpgt_sent: false,
+            initiator: String::new(),
         }
     }
 
@@ -150,7 +154,7 @@ impl TargetLogin {
             State::FirstText(ctx)
             | State::SecurityNegotiation(ctx, _)
             | State::OperationalNegotiation(ctx) => &ctx.negotiator.session().initiator_name,
-            _ => "",
+            _ => &self.initiator,
         }
     }
 
@@ -311,6 +315,10 @@ impl TargetLogin {
         ctx.negotiator
             .declare_identity(&pairs)
             .map_err(negotiation_failure)?;
+        if self.initiator.is_empty() {
+            self.initiator
+                .clone_from(&ctx.negotiator.session().initiator_name);
+        }
         let auth = match stage_now {
             Stage::First => {
                 let credentials = self.authorize(&ctx, policy, &mut out)?;
