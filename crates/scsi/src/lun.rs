@@ -4,7 +4,7 @@
 use crate::alua::TargetPortGroups;
 use crate::cdb::{decode_cdb, op, Command};
 use crate::io::Io;
-use crate::pr::PrState;
+use crate::pr::{PrLock, PrState};
 use crate::rangelock::CawLocks;
 use crate::sense::{status, Sense};
 use crate::ua::UnitAttentions;
@@ -62,7 +62,7 @@ pub struct LogicalUnit {
     pub(crate) wce: AtomicBool,
     pub(crate) ua: UnitAttentions,
     alua_seen: AtomicU64,
-    pub(crate) pr: RwLock<PrState>,
+    pub(crate) pr: PrLock,
     pub(crate) caw: CawLocks,
     prevent: Mutex<HashSet<u64>>,
     pub(crate) copy: crate::xcopy::CopyManager,
@@ -94,7 +94,7 @@ impl LogicalUnit {
             alua_seen: AtomicU64::new(tpgs.generation()),
             tpgs,
             ua: UnitAttentions::default(),
-            pr: RwLock::new(pr),
+            pr: PrLock::new(pr),
             caw: CawLocks::default(),
             prevent: Mutex::new(HashSet::new()),
             copy: Default::default(),
@@ -203,7 +203,7 @@ impl LogicalUnit {
             Ok(c) => c,
             Err(_) => return None,
         };
-        if self.pr.read().conflicts(req.nexus, &cmd) {
+        if self.pr.conflicts(req.nexus, &cmd) {
             return None;
         }
         let done = match cmd {
@@ -240,7 +240,7 @@ impl LogicalUnit {
             Ok(c) => c,
             Err(s) => return ScsiOutcome::check(s),
         };
-        if self.pr.read().conflicts(req.nexus, &cmd) {
+        if self.pr.conflicts(req.nexus, &cmd) {
             return ScsiOutcome::conflict();
         }
         match self.dispatch(req, cmd, data_in) {

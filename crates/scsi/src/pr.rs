@@ -361,3 +361,64 @@ impl LogicalUnit {
         Ok(())
     }
 }
+
+/// The reservation state behind its lock, plus one atomic that says whether any reservation,
+/// registration or SPC-2 RESERVE exists: while none does (the usual case), commands skip the
+/// lock entirely, so no lock sits on every I/O of the logical unit.
+#[derive(Debug, Default)]
+pub(crate) struct PrLock {
+    state: parking_lot::RwLock<PrState>,
+    in_use: std::sync::atomic::AtomicBool,
+}
+
+/// Write access; the `in_use` flag is recomputed when it drops.
+pub(crate) struct PrWriteGuard<'a> {
+    guard: parking_lot::RwLockWriteGuard<'a, PrState>,
+    in_use: &'a std::sync::atomic::AtomicBool,
+}
+
+impl std::ops::Deref for PrWriteGuard<'_> {
+    type Target = PrState;
+    fn deref(&self) -> &PrState {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for PrWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut PrState {
+        &mut self.guard
+    }
+}
+
+impl Drop for PrWriteGuard<'_> {
+    fn drop(&mut self) {
+        let g = &self.guard;
+        let used = g.legacy_holder.is_some() || g.reservation.is_some() || !g.regs.is_empty();
+        self.in_use
+            .store(used, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl PrLock {
+    pub fn new(state: PrState) -> Self {
+        let lock = PrLock::default();
+        *lock.write() = state;
+        lock
+    }
+
+    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, PrState> {
+        self.state.read()
+    }
+
+    pub fn write(&self) -> PrWriteGuard<'_> {
+        PrWriteGuard {
+            guard: self.state.write(),
+            in_use: &self.in_use,
+        }
+    }
+
+    /// SPC-4 5.9.1: does `cmd` from `n` conflict? Lock-free while no reservation state exists.
+    pub fn conflicts(&self, n: &Nexus, cmd: &Command) -> bool {
+        self.in_use.load(std::sync::atomic::Ordering::Acquire) && self.read().conflicts(n, cmd)
+    }
+}
