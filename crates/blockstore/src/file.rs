@@ -8,9 +8,9 @@ use rustix::fs::{FallocateFlags, FlockOperation, SeekFrom};
 use rustix::io::ReadWriteFlags;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, IoSlice};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A regular file used as a block device.
 pub struct FileDevice {
