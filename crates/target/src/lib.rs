@@ -40,17 +40,17 @@ pub struct ServeInfo {
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("preparing storage: {0}")]
+    #[error("preparing storage")]
     Storage(#[source] std::io::Error),
     #[error(transparent)]
     Build(#[from] BuildError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("status socket {path}: {source}")]
+    #[error("status socket {path}")]
     Status {
         path: String,
         #[source]

@@ -15,13 +15,13 @@ pub struct TargetRuntime {
 /// Errors building a target from its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("{path}: {source}")]
+    #[error("opening the backing file of LUN")]
     Device {
         path: String,
         #[source]
         source: blockstore::OpenError,
     },
-    #[error("target {target} LUN {lun}: {source}")]
+    #[error("target {target} LUN {lun}")]
     Lun {
         target: String,
         lun: u64,
