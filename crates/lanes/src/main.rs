@@ -1,6 +1,7 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target) and `status`.
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
 
 mod banner;
+mod lab;
 mod serve;
 mod status;
 
@@ -31,6 +32,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Change the ALUA state of a portal group of a running `lanes serve`.
     Alua(status::AluaArgs),
+    /// Emulated NICs in network namespaces: shaped links, LACP, link and node faults.
+    Lab(lab::LabArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -68,6 +71,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Serve(args) => serve::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Alua(args) => status::alua(args).await,
+            Command::Lab(args) => lab::run(args).await,
         }
     })
 }

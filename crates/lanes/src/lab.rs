@@ -1,0 +1,151 @@
+//! `lanes lab`: emulated NICs in network namespaces, for trying multipath on one machine (see
+//! the `lanes_lab` crate for how topologies, shaping and faults are built).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use lanes_lab::{Options, Rate, Topology};
+
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LabCommand {
+    /// Build a lab: a host and one or two storage nodes joined by shaped links.
+    Up(UpArgs),
+    /// Remove a lab: its namespaces, links, qdiscs, rules and state.
+    Down {
+        /// Lab name.
+        name: String,
+    },
+    /// Inject a fault on a link (link1...) or a storage node (node1, node2).
+    Fail {
+        /// Lab name.
+        name: String,
+        /// link1 ... linkN, node1 or node2.
+        target: String,
+        /// down | blackhole | loss=P% | delay=D (delay needs netem in the kernel).
+        #[arg(long)]
+        mode: String,
+    },
+    /// Take a fault back out (`all`: every fault of the lab).
+    Restore {
+        /// Lab name.
+        name: String,
+        /// link1 ... linkN, node1, node2 or all.
+        target: String,
+    },
+    /// Run a command inside one of the lab's namespaces.
+    Exec {
+        /// Lab name.
+        name: String,
+        /// host, node1, node2 (or sw).
+        namespace: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Show a lab's addresses and the faults in force.
+    Show {
+        /// Lab name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct UpArgs {
+    /// NICs per namespace (links between host and storage), 1..=8.
+    #[arg(long)]
+    nics: usize,
+    /// Rate of every link, as tc writes it: 1gbit, 100mbit, 10gbit.
+    #[arg(long, value_parser = parse_rate)]
+    rate: Rate,
+    /// pathing (one subnet per link), mesh (one shared switch) or lacp (one hashed aggregate).
+    #[arg(long, default_value = "pathing", value_parser = parse_topology)]
+    topology: Topology,
+    /// Storage nodes: 1 or 2.
+    #[arg(long, default_value_t = 1)]
+    storage_nodes: usize,
+    /// MTU of every link: 1500 or 9000.
+    #[arg(long, default_value_t = 1500)]
+    mtu: u32,
+    /// Lab name (namespaces are called lanes-NAME-host, lanes-NAME-node1, ...).
+    #[arg(long, default_value = "lab")]
+    name: String,
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    s.parse()
+}
+
+fn parse_topology(s: &str) -> Result<Topology, String> {
+    s.parse()
+}
+
+pub async fn run(args: LabArgs) -> anyhow::Result<()> {
+    match args.command {
+        LabCommand::Up(up) => {
+            let options = Options {
+                name: up.name,
+                topology: up.topology,
+                nics: up.nics,
+                rate: up.rate,
+                storage_nodes: up.storage_nodes,
+                mtu: up.mtu,
+            };
+            // Ctrl-C while building: stop between two commands and remove what was created.
+            let cancel = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&cancel);
+            let watcher = tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            });
+            let result =
+                tokio::task::spawn_blocking(move || lanes_lab::up(&options, &cancel)).await?;
+            watcher.abort();
+            let state = result?;
+            print!("{}", state.plan.summary());
+        }
+        LabCommand::Down { name } => {
+            let down = tokio::task::spawn_blocking(move || lanes_lab::down(&name)).await?;
+            let down = down?;
+            println!("removed {}", down.namespaces.join(", "));
+        }
+        LabCommand::Fail { name, target, mode } => {
+            lanes_lab::fail(&name, &target, &mode)?;
+            println!("{target} of lab {name}: {mode} (undo: lanes lab restore {name} {target})");
+        }
+        LabCommand::Restore { name, target } => {
+            let restored = lanes_lab::restore(&name, &target)?;
+            println!("restored {}", restored.join(", "));
+        }
+        LabCommand::Exec {
+            name,
+            namespace,
+            command,
+        } => {
+            let mut child = lanes_lab::exec_command(&name, &namespace, &command)?;
+            let status = child
+                .status()
+                .with_context(|| format!("running {}", command.join(" ")))?;
+            if !status.success() {
+                // Pass the command's exit code on, as `ip netns exec` does.
+                std::process::exit(status.code().unwrap_or(1));
+            }
+        }
+        LabCommand::Show { name } => {
+            let state = lanes_lab::state(&name)?;
+            print!("{}", state.plan.summary());
+            for fault in &state.faults {
+                println!("fault: {} {}", fault.target, fault.mode);
+            }
+        }
+    }
+    Ok(())
+}
