@@ -49,22 +49,29 @@ fn fixture() -> Fixture {
     Fixture { map, dev, tpgs }
 }
 
-fn run(map: &LunMap, n: &Nexus, cdb: &[u8], data: &[u8], limit: u32) -> (ScsiOutcome, BytesMut) {
-    let segs = if data.is_empty() {
+fn segments(data: &[u8]) -> Vec<Bytes> {
+    if data.is_empty() {
         vec![]
     } else {
         vec![Bytes::copy_from_slice(data)]
-    };
-    let req = ScsiRequest {
+    }
+}
+
+fn request<'a>(n: &'a Nexus, cdb: &'a [u8], segs: &'a [Bytes], limit: u32) -> ScsiRequest<'a> {
+    ScsiRequest {
         nexus: n,
         lun: 0,
         cdb,
-        data_out: &segs,
+        data_out: segs,
         data_in_limit: limit,
         attr: TaskAttribute::Simple,
-    };
+    }
+}
+
+fn run(map: &LunMap, n: &Nexus, cdb: &[u8], data: &[u8], limit: u32) -> (ScsiOutcome, BytesMut) {
+    let segs = segments(data);
     let mut out = BytesMut::new();
-    let o = map.execute(&req, &mut out);
+    let o = map.execute(&request(n, cdb, &segs, limit), &mut out);
     (o, out)
 }
 
@@ -555,21 +562,10 @@ fn write_through_when_cache_disabled() {
 }
 
 fn run_nowait(map: &LunMap, n: &Nexus, cdb: &[u8], data: &[u8]) -> Option<(ScsiOutcome, BytesMut)> {
-    let segs = if data.is_empty() {
-        vec![]
-    } else {
-        vec![Bytes::copy_from_slice(data)]
-    };
-    let req = ScsiRequest {
-        nexus: n,
-        lun: 0,
-        cdb,
-        data_out: &segs,
-        data_in_limit: 1 << 20,
-        attr: TaskAttribute::Simple,
-    };
+    let segs = segments(data);
     let mut out = BytesMut::new();
-    map.execute_nowait(&req, &mut out).map(|o| (o, out))
+    map.execute_nowait(&request(n, cdb, &segs, 1 << 20), &mut out)
+        .map(|o| (o, out))
 }
 
 /// The event-loop path serves plain reads and buffered writes, and declines (changing nothing)

@@ -37,20 +37,15 @@ pub fn spawn(
         let mut data_in = pool.get(data_in_size(&cmd));
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
         if let Some(outcome) = target.luns.execute_nowait(&req, &mut data_in) {
-            let write_expected = cmd
-                .write
-                .then(|| data_out_length(&target.luns, lun, &cmd.cdb))
-                .flatten();
-            respond(
-                &session,
-                &out,
-                &cmd,
+            let done = Finished {
+                lun,
+                cdb: &cmd.cdb,
                 outcome,
                 data_in,
-                write_expected,
                 received,
                 r2t_count,
-            );
+            };
+            respond(&session, &out, &target.luns, &cmd, done);
             return;
         }
         pool.put(data_in.freeze());
@@ -76,20 +71,15 @@ pub fn spawn(
         let lun = crate::tmf::lun_number(cmd.lun);
         let req = request(&session, &cmd, lun, cdb, &segments);
         let outcome = target.luns.execute(&req, &mut data_in);
-        let write_expected = cmd
-            .write
-            .then(|| data_out_length(&target.luns, lun, cdb))
-            .flatten();
-        respond(
-            &session,
-            &out,
-            &cmd,
+        let done = Finished {
+            lun,
+            cdb,
             outcome,
             data_in,
-            write_expected,
             received,
             r2t_count,
-        );
+        };
+        respond(&session, &out, &target.luns, &cmd, done);
     });
 }
 
@@ -120,33 +110,44 @@ fn request<'a>(
     }
 }
 
+/// A command the logical unit has finished, with what its data-out phase delivered.
+struct Finished<'a> {
+    lun: u64,
+    cdb: &'a [u8],
+    outcome: scsi::ScsiOutcome,
+    data_in: BytesMut,
+    received: u32,
+    r2t_count: u32,
+}
+
 /// Queues the response of a finished command (unless it was aborted meanwhile).
-#[allow(clippy::too_many_arguments)]
 fn respond(
     session: &Session,
     out: &mpsc::UnboundedSender<Outbound>,
+    luns: &scsi::LunMap,
     cmd: &ScsiCommand,
-    outcome: scsi::ScsiOutcome,
-    data_in: BytesMut,
-    write_expected: Option<u32>,
-    received: u32,
-    r2t_count: u32,
+    f: Finished<'_>,
 ) {
-    let sense = outcome
+    let write_expected = cmd
+        .write
+        .then(|| data_out_length(luns, f.lun, f.cdb))
+        .flatten();
+    let sense = f
+        .outcome
         .sense
         .map(|s| Bytes::copy_from_slice(&s.to_fixed_bytes()));
     let done = ScsiDone {
         itt: cmd.itt,
         lun: cmd.lun,
-        status: outcome.status,
+        status: f.outcome.status,
         sense,
-        data_in: data_in.freeze(),
+        data_in: f.data_in.freeze(),
         edtl: cmd.expected_data_length,
         read: cmd.read,
         write: cmd.write,
         write_expected,
-        write_received: received,
-        r2t_count,
+        write_received: f.received,
+        r2t_count: f.r2t_count,
     };
     session.finish_task(cmd.itt, || {
         let _ = out.send(Outbound::Scsi(done));
