@@ -128,10 +128,15 @@ pub fn actions(plan: &Plan, target: FaultTarget, mode: FaultMode) -> Result<Faul
             plan.nics.iter().filter(|n| n.namespace == ns).collect()
         }
         _ => {
+            let links = match options.nics {
+                1 => "link1".to_string(),
+                n => format!("link1..link{n}"),
+            };
+            let nodes = options.node_names().join(", ");
             return Err(format!(
-                "lab {} has no {target} (it has link1..link{} and node1..node{})",
-                options.name, options.nics, options.storage_nodes
-            ))
+                "lab {} has no {target} (it has {links} and {nodes})",
+                options.name
+            ));
         }
     };
     // For a node, the other endpoints must also drop what the node sends them.

@@ -180,6 +180,13 @@ pub fn up(options: &Options, cancel: &AtomicBool) -> Result<State, LabError> {
     match build(&state.plan, cancel, &mut created) {
         Ok(()) => Ok(state),
         Err(cause) => {
+            // Ctrl-C also reaches the `ip` or `tc` that was running: report the interrupt,
+            // not the command it killed.
+            let cause = if cancel.load(Ordering::SeqCst) {
+                LabError::Interrupted
+            } else {
+                cause
+            };
             let cleanup = remove_namespaces(&created);
             let _ = fs::remove_file(&path);
             let cause = Box::new(cause);

@@ -87,7 +87,7 @@ impl Lab {
         let out = self.output(
             "host",
             &[
-                "iperf3", "-c", address, "-P", &streams, "-t", &seconds, "-J",
+                "timeout", "30", "iperf3", "-c", address, "-P", &streams, "-t", &seconds, "-J",
             ],
         );
         let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -216,7 +216,19 @@ fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
     // A transfer in flight stalls during the blackhole and survives it (no reset).
     let _server = lab.iperf_server();
     let client = lab
-        .command("host", &["iperf3", "-c", "10.77.1.2", "-t", "8", "-J"])
+        .command(
+            "host",
+            &[
+                "timeout",
+                "30",
+                "iperf3",
+                "-c",
+                "10.77.1.2",
+                "-t",
+                "8",
+                "-J",
+            ],
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -319,4 +331,77 @@ fn an_interrupted_up_removes_what_it_created() {
     .unwrap();
     assert!(!list.contains(&format!("lanes-{name}-")), "{list}");
     assert!(!lanes_lab::run::state_path(&name).exists());
+}
+
+#[test]
+fn loss_drops_that_share_of_packets_until_restored() {
+    if !can_run() {
+        return;
+    }
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping: loss needs the nft tool (Debian package nftables)");
+        return;
+    }
+    let lab = Lab::up("loss", Topology::Pathing, 1);
+    let _server = lab.iperf_server();
+    // iperf3's UDP handshake is one datagram each way, which the loss can also drop: retry.
+    let udp_loss = || {
+        let mut last = String::new();
+        for _ in 0..6 {
+            // `timeout`: a lost handshake datagram can leave the client waiting for ever.
+            let argv = "timeout 8 iperf3 -c 10.77.1.2 -u -b 20M -t 2 -J";
+            let argv: Vec<&str> = argv.split(' ').collect();
+            let out = lab.output("host", &argv);
+            let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            if let Some(lost) = json["end"]["sum"]["lost_percent"].as_f64() {
+                return lost;
+            }
+            last = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        panic!("iperf3 -u never completed: {last}");
+    };
+    lanes_lab::fail(&lab.name, "link1", "loss=10%").unwrap();
+    let lost = udp_loss();
+    eprintln!("loss=10%: {lost:.1}% of UDP datagrams lost");
+    assert!((7.0..=13.0).contains(&lost), "{lost}% lost with loss=10%");
+    lanes_lab::restore(&lab.name, "link1").unwrap();
+    // A busy CI machine can drop a little UDP on its own: take the best of three.
+    let lost = (0..3).map(|_| udp_loss()).fold(f64::MAX, f64::min);
+    assert!(lost < 1.0, "{lost}% lost after restore");
+}
+
+#[test]
+fn a_lacp_member_going_down_moves_its_flows_and_comes_back() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::up("lagdown", Topology::Lacp, 2);
+    let _server = lab.iperf_server();
+    lanes_lab::fail(&lab.name, "link1", "down").unwrap();
+    let one = lab.iperf("10.77.100.2", 8, 2).0;
+    eprintln!("lacp with link1 down, 8 streams: {:.1} Mbit/s", one / 1e6);
+    assert!(
+        (0.85 * GBIT..=1.02 * GBIT).contains(&one),
+        "{one} bit/s over one remaining member"
+    );
+    lanes_lab::restore(&lab.name, "link1").unwrap();
+    let both = measure_until(3, |r| r >= 1.6 * GBIT, || lab.iperf("10.77.100.2", 8, 2).0);
+    eprintln!("lacp restored, 8 streams: {:.1} Mbit/s", both / 1e6);
+    assert!(both >= 1.6 * GBIT, "{both} bit/s after link1 came back");
+}
+
+#[test]
+fn delay_says_clearly_when_the_kernel_has_no_netem() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::up("delay", Topology::Pathing, 1);
+    match lanes_lab::fail(&lab.name, "link1", "delay=50ms") {
+        Ok(()) => lanes_lab::restore(&lab.name, "link1").map(drop).unwrap(),
+        Err(e) => {
+            assert!(e.to_string().contains("needs netem"), "{e}");
+            // Nothing was recorded, so the link takes another fault.
+            lanes_lab::fail(&lab.name, "link1", "blackhole").unwrap();
+        }
+    }
 }
