@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::io::{self, Write as _};
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +17,9 @@ use crate::plan::{real_namespace, Cmd, Plan};
 
 /// Where lab state files live.
 pub const STATE_DIR: &str = "/run/lanes-lab";
+
+/// The signal a Ctrl-C sends.
+const SIGINT: i32 = 2;
 
 /// Short names a lab's namespaces can have.
 const SHORT_NAMES: [&str; 4] = ["host", "node1", "node2", "sw"];
@@ -106,6 +110,9 @@ pub fn run_cmd(cmd: &Cmd) -> Result<String, LabError> {
         })?;
     if output.status.success() {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else if output.status.signal() == Some(SIGINT) {
+        // Ctrl-C reaches the whole process group, so the command died of it too.
+        Err(LabError::Interrupted)
     } else {
         Err(LabError::Command {
             command: cmd.to_string(),
