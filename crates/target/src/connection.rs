@@ -207,6 +207,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     };
     let end = conn.serve(rd, buf, released_rx).await;
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
+    conn.abandon_writes();
     drop(conn.out);
     let _ = writer.await;
     {

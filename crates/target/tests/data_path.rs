@@ -291,3 +291,59 @@ fn nop_interval_zero_disables_pings() {
         other => panic!("nop-interval 0s, yet the target sent {other:?}"),
     }
 }
+
+/// MC/S: a connection lost while its write waits for Data-Out (data must come on that
+/// connection) ends that task: the session gets its CmdSN window slot back, keeps working on
+/// the other connection, and can be reinstated.
+#[test]
+fn lost_connection_releases_its_waiting_writes() {
+    let server = TestServer::start(&mcs_toml());
+    let opts_a = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut a = Conn::login_to(server.portals[0].1, &opts_a);
+    let opts_b = LoginOpts {
+        tsih: a.tsih,
+        cid: 2,
+        cmd_sn: a.cmd_sn,
+        ..opts_a.clone()
+    };
+    let mut b = Conn::connect(server.portals[1].1);
+    b.login(&opts_b).expect("second connection joins");
+    // Session-wide keys are the leading connection's (RFC 7143 13: "LO").
+    b.immediate_data = false;
+    b.initial_r2t = true;
+    // B announces a write, gets its R2T, and then disappears without sending the data.
+    let n = a.cmd_sn;
+    let data = pattern(3, 4096);
+    b.send_scsi(0xb0b0, n, 0, &cdb_write10(50, 8, 0), 4096, Some(&data));
+    match b.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == 0xb0b0)) {
+        Ok(Pdu::R2t(_)) => {}
+        other => panic!("expected an R2T, got {other:?}"),
+    }
+    b.shutdown();
+    drop(b);
+    // A keeps working past a full window of commands.
+    a.cmd_sn = n.wrapping_add(1);
+    for i in 0..140u32 {
+        assert_eq!(a.tur(), (0, None), "command {i} after the loss");
+    }
+    // The lost write's CmdSN window slot came back: the window is full again (128).
+    a.ping(b"window").expect("ping");
+    assert_eq!(
+        a.max_cmd_sn.wrapping_sub(a.cmd_sn).wrapping_add(1),
+        128,
+        "full CmdSN window once idle"
+    );
+    // Reinstating the session (same InitiatorName + ISID) waits for its tasks: it completes.
+    let mut again = Conn::connect(server.portals[0].1);
+    again
+        .login(&opts_a)
+        .expect("reinstatement completes: no task left hanging");
+    again.clear_unit_attentions();
+    let d = pattern(4, 512);
+    again.write10(60, &d);
+    assert_eq!(again.read10(60, 1), d);
+}

@@ -166,4 +166,15 @@ impl Connection {
             tracker.r2t_count(),
         );
     }
+
+    /// The connection is gone: writes still waiting for Data-Out can never complete (their
+    /// data had to come on this connection, RFC 7143 allegiance), so their tasks end here, which
+    /// also reopens their CmdSN window slots and lets the session drain.
+    pub(in crate::connection) fn abandon_writes(&mut self) {
+        for (itt, w) in self.writes.drain() {
+            if w.command.is_some() {
+                self.session.task_done(itt);
+            }
+        }
+    }
 }
