@@ -63,4 +63,4 @@ pub mod run;
 pub use fault::{FaultMode, FaultTarget};
 pub use options::{Options, Rate, Topology};
 pub use plan::{Cmd, Plan};
-pub use run::{down, exec_command, fail, restore, state, up, Down, LabError, State};
+pub use run::{down, exec_command, fail, list, restore, state, up, Down, LabError, State};

@@ -451,3 +451,31 @@ pub fn exec_command(name: &str, namespace: &str, argv: &[String]) -> Result<Comm
         .args(args);
     Ok(command)
 }
+
+/// Labs on this machine: those with a state file and those whose namespaces exist (a lab
+/// whose state was lost is still listed, so `down` can be run on it).
+pub fn list() -> Result<Vec<String>, LabError> {
+    let mut names = Vec::new();
+    if let Ok(entries) = fs::read_dir(STATE_DIR) {
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            if let Some(name) = file.strip_suffix(".json") {
+                names.push(name.to_string());
+            }
+        }
+    }
+    for ns in existing_namespaces()? {
+        let name = ns.strip_prefix("lanes-").and_then(|rest| {
+            SHORT_NAMES
+                .iter()
+                .find_map(|short| rest.strip_suffix(short)?.strip_suffix('-'))
+        });
+        if let Some(name) = name.filter(|n| validate_name(n).is_ok()) {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}

@@ -280,6 +280,7 @@ fn down_leaves_no_namespace_link_or_state_behind() {
         .unwrap()
     };
     assert_eq!(list().matches(&prefix).count(), 3, "host, node1, sw");
+    assert!(lanes_lab::list().unwrap().contains(&lab.name));
     // A second `up` with the same name is refused and changes nothing.
     let options = lanes_lab::state(&lab.name).unwrap().plan.options;
     let err = lanes_lab::up(&options, &AtomicBool::new(false)).unwrap_err();
@@ -290,6 +291,7 @@ fn down_leaves_no_namespace_link_or_state_behind() {
     assert_eq!(down.namespaces.len(), 3);
     assert!(!list().contains(&prefix), "{}", list());
     assert!(!lanes_lab::run::state_path(&lab.name).exists());
+    assert!(!lanes_lab::list().unwrap().contains(&lab.name));
     let root_links = String::from_utf8(
         Command::new("ip")
             .args(["-o", "link"])

@@ -50,6 +50,8 @@ enum LabCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// List the labs on this machine.
+    List,
     /// Show a lab's addresses and the faults in force.
     Show {
         /// Lab name.
@@ -137,6 +139,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             if !status.success() {
                 // Pass the command's exit code on, as `ip netns exec` does.
                 std::process::exit(status.code().unwrap_or(1));
+            }
+        }
+        LabCommand::List => {
+            for name in lanes_lab::list()? {
+                println!("{name}");
             }
         }
         LabCommand::Show { name } => {
