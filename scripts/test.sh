@@ -8,7 +8,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # --- Debian packages (only when one of their binaries is missing) ------------------------------
 need_packages=0
-for binary in iscsi-inq tgtd qemu-img fio ip iperf3; do
+for binary in iscsi-inq tgtd qemu-img fio ip iperf3 nft; do
     command -v "$binary" >/dev/null 2>&1 || need_packages=1
 done
 if [ "$need_packages" = 1 ]; then
@@ -18,7 +18,7 @@ if [ "$need_packages" = 1 ]; then
     $sudo_cmd apt-get update
     # qemu-utils and qemu-block-extra in one call so their versions match.
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends \
-        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3
+        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3 nftables
 fi
 
 # --- cargo-nextest -------------------------------------------------------------------------------

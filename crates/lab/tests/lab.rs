@@ -12,7 +12,9 @@ use serde_json::Value;
 
 const GBIT: f64 = 1e9;
 
-fn can_run() -> bool {
+/// These tests need root and the lab's tools; `scripts/test.sh` installs the tools and CI runs
+/// as root. Missing either is a failure, not a silent skip.
+fn require_lab() {
     let root = std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()
@@ -27,10 +29,10 @@ fn can_run() -> bool {
             .status()
             .is_ok()
     });
-    if !(root && tools) {
-        eprintln!("skipping: lab tests need root, ip, tc and iperf3");
-    }
-    root && tools
+    assert!(
+        root && tools,
+        "lab tests need root and ip, tc and iperf3 (run ./scripts/test.sh as root)"
+    );
 }
 
 /// A lab that is removed when the test ends, however it ends.
@@ -144,9 +146,7 @@ fn measure_until(tries: usize, ok: impl Fn(f64) -> bool, mut measure: impl FnMut
 
 #[test]
 fn pathing_links_give_93_to_100_percent_of_the_rate() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("path", Topology::Pathing, 2);
     let _server = lab.iperf_server();
     for i in 1..=2 {
@@ -160,9 +160,7 @@ fn pathing_links_give_93_to_100_percent_of_the_rate() {
 
 #[test]
 fn lacp_holds_one_stream_to_one_member_and_spreads_many() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("lacp", Topology::Lacp, 2);
     let _server = lab.iperf_server();
     let single = measure_until(3, |r| r >= 0.85 * GBIT, || lab.iperf("10.77.100.2", 1, 3).0);
@@ -182,9 +180,7 @@ fn lacp_holds_one_stream_to_one_member_and_spreads_many() {
 
 #[test]
 fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("hole", Topology::Pathing, 2);
     // Nothing listens on port 9: the node answers with a reset at once.
     let (code, took) = lab.connect("10.77.1.2", 9);
@@ -264,9 +260,7 @@ fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
 
 #[test]
 fn down_leaves_no_namespace_link_or_state_behind() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("down", Topology::Mesh, 2);
     let prefix = format!("lanes-{}-", lab.name);
     let list = || {
@@ -309,9 +303,7 @@ fn down_leaves_no_namespace_link_or_state_behind() {
 
 #[test]
 fn an_interrupted_up_removes_what_it_created() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let name = format!("t{}-int", std::process::id());
     let options = Options {
         name: name.clone(),
@@ -337,13 +329,11 @@ fn an_interrupted_up_removes_what_it_created() {
 
 #[test]
 fn loss_drops_that_share_of_packets_until_restored() {
-    if !can_run() {
-        return;
-    }
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping: loss needs the nft tool (Debian package nftables)");
-        return;
-    }
+    require_lab();
+    assert!(
+        Command::new("nft").arg("--version").output().is_ok(),
+        "loss needs the nft tool (Debian package nftables; scripts/test.sh installs it)"
+    );
     let lab = Lab::up("loss", Topology::Pathing, 1);
     let _server = lab.iperf_server();
     // iperf3's UDP handshake is one datagram each way, which the loss can also drop: retry.
@@ -374,9 +364,7 @@ fn loss_drops_that_share_of_packets_until_restored() {
 
 #[test]
 fn a_lacp_member_going_down_moves_its_flows_and_comes_back() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("lagdown", Topology::Lacp, 2);
     let _server = lab.iperf_server();
     lanes_lab::fail(&lab.name, "link1", "down").unwrap();
@@ -394,9 +382,7 @@ fn a_lacp_member_going_down_moves_its_flows_and_comes_back() {
 
 #[test]
 fn delay_says_clearly_when_the_kernel_has_no_netem() {
-    if !can_run() {
-        return;
-    }
+    require_lab();
     let lab = Lab::up("delay", Topology::Pathing, 1);
     match lanes_lab::fail(&lab.name, "link1", "delay=50ms") {
         Ok(()) => lanes_lab::restore(&lab.name, "link1").map(drop).unwrap(),

@@ -63,8 +63,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
+    // Commands that must sleep (cache misses, flushes, FUA) run on the blocking pool; 64
+    // threads keep that many disk requests in flight without one thread per queued command.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(64)
         .build()?;
     runtime.block_on(async {
         match command {
