@@ -77,7 +77,6 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         cmd_sn: 0,
         session: None,
         reinstated: None,
-        replaced_connection: false,
     };
     let deadline = Instant::now() + LOGIN_TIMEOUT;
     let (outcome, cid, stat_sn) = loop {

@@ -21,8 +21,6 @@ pub struct ConnectionPolicy {
     pub session: Option<Arc<Session>>,
     /// A session ended by reinstatement, whose tasks must drain before the login completes.
     pub reinstated: Option<Arc<Session>>,
-    /// The connection this login replaces (same CID), closed before completing.
-    pub replaced_connection: bool,
 }
 
 fn credentials(chap: &crate::config::ChapConfig) -> ChapCredentials {
@@ -152,7 +150,6 @@ impl ConnectionPolicy {
         if let Some(old) = conns.iter().find(|c| c.cid == login.cid) {
             // Connection reinstatement: the old connection with this CID ends.
             old.close.cancel();
-            self.replaced_connection = true;
         } else if conns.len() >= usize::from(session.params.max_connections.max(1)) {
             return Err(LoginRefusal::TooManyConnections);
         }
