@@ -10,7 +10,7 @@ pub enum Error {
     #[error("cannot reach {addr}: no answer within {secs} s")]
     ConnectTimeout { addr: SocketAddr, secs: u64 },
     /// Socket-level failure.
-    #[error("connection to {addr}: {source}")]
+    #[error("connection to {addr} failed")]
     Io {
         addr: SocketAddr,
         #[source]

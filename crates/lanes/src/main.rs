@@ -1,6 +1,7 @@
 //! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
 
 mod banner;
+mod bench;
 mod lab;
 mod serve;
 mod status;
@@ -34,6 +35,8 @@ enum Command {
     Alua(status::AluaArgs),
     /// Emulated NICs in network namespaces: shaped links, LACP, link and node faults.
     Lab(lab::LabArgs),
+    /// Benchmark an iSCSI target with the seeds' patterns (IOPS, MB/s, latency).
+    Bench(bench::BenchArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -75,6 +78,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Status(args) => status::run(args).await,
             Command::Alua(args) => status::alua(args).await,
             Command::Lab(args) => lab::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }
