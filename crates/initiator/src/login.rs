@@ -371,3 +371,7 @@ impl InitiatorLogin {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "login_tests.rs"]
+mod tests;
