@@ -12,6 +12,30 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Fills `buf` from `offset` with repeated positional reads (`read` returns bytes read),
+/// retrying on EINTR; bytes past the end of a file that shrank underneath us read as zeros.
+fn read_fully(
+    mut buf: &mut [u8],
+    mut offset: u64,
+    mut read: impl FnMut(&mut [u8], u64) -> std::io::Result<usize>,
+) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match read(buf, offset) {
+            Ok(0) => {
+                buf.fill(0);
+                return Ok(());
+            }
+            Ok(n) => {
+                buf = buf.get_mut(n..).unwrap_or_default();
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// A regular file used as a block device.
 pub struct FileDevice {
     file: File,
@@ -89,45 +113,22 @@ impl BlockDevice for FileDevice {
         self.size
     }
 
-    fn read_at(&self, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         check_range(self.size, offset, buf.len() as u64)?;
-        while !buf.is_empty() {
-            match self.file.read_at(buf, offset) {
-                // Past the end of a file that shrank underneath us: those bytes read as zeros.
-                Ok(0) => {
-                    buf.fill(0);
-                    return Ok(());
-                }
-                Ok(n) => {
-                    buf = buf.get_mut(n..).unwrap_or_default();
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        read_fully(buf, offset, |b, at| self.file.read_at(b, at))
     }
 
-    fn read_at_nowait(&self, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         check_range(self.size, offset, buf.len() as u64)?;
-        while !buf.is_empty() {
-            let mut slices = [std::io::IoSliceMut::new(buf)];
-            match rustix::io::preadv2(&self.file, &mut slices, offset, ReadWriteFlags::NOWAIT) {
-                Ok(0) => {
-                    buf.fill(0);
-                    return Ok(());
-                }
-                Ok(n) => {
-                    buf = buf.get_mut(n..).unwrap_or_default();
-                    offset += n as u64;
-                }
-                Err(rustix::io::Errno::INTR) => {}
+        read_fully(buf, offset, |b, at| {
+            let mut slices = [std::io::IoSliceMut::new(b)];
+            match rustix::io::preadv2(&self.file, &mut slices, at, ReadWriteFlags::NOWAIT) {
+                Ok(n) => Ok(n),
+                Err(rustix::io::Errno::INTR) => Err(ErrorKind::Interrupted.into()),
                 // EAGAIN: not cached; EOPNOTSUPP: the kernel or file system cannot say.
-                Err(_) => return Err(ErrorKind::WouldBlock.into()),
+                Err(_) => Err(ErrorKind::WouldBlock.into()),
             }
-        }
-        Ok(())
+        })
     }
 
     fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
