@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod cdb;
+mod connection;
 mod error;
 pub mod login;
 mod session;

@@ -10,15 +10,15 @@ use iscsi_proto::{serial, text, Framer};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use crate::cdb;
+use crate::connection::{data_out, read_loop, write_loop, Pending, ReadBuffer, Shared, State};
 use crate::login::{ChapSecret, InitiatorLogin, LoginParams, Negotiated, Offer, Step};
 use crate::Error;
 
@@ -96,43 +96,6 @@ impl ScsiOutcome {
             });
         }
         Ok(self)
-    }
-}
-
-/// A command waiting for its answer.
-struct Pending {
-    /// Data to send on R2T (empty for reads).
-    write: Bytes,
-    /// Data-In collected so far, and the most the command may receive.
-    read: BytesMut,
-    expected: usize,
-    reply: oneshot::Sender<Result<ScsiOutcome, Error>>,
-}
-
-struct State {
-    cmd_sn: u32,
-    exp_stat_sn: u32,
-    max_cmd_sn: u32,
-    next_itt: u32,
-    pending: HashMap<u32, Pending>,
-    /// None once the connection is gone.
-    tx: Option<mpsc::UnboundedSender<Pdu>>,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    window: Notify,
-    addr: SocketAddr,
-    max_send: usize,
-    first_burst: usize,
-    immediate_data: bool,
-    initial_r2t: bool,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A poisoned lock means a panic elsewhere; the counters are still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -373,7 +336,7 @@ impl Session {
                         itt,
                         Pending {
                             write: write.clone(),
-                            read: BytesMut::with_capacity(read_capacity),
+                            read: ReadBuffer::Empty,
                             expected: read_capacity,
                             reply: tx,
                         },
@@ -579,250 +542,4 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// Queues Data-Out PDUs for `data[from..to]`, cut at `max_send`, DataSN from 0.
-fn data_out(
-    pdus: &mut Vec<Pdu>,
-    data: &Bytes,
-    from: usize,
-    to: usize,
-    max_send: usize,
-    (lun, itt, ttt, exp_stat_sn): (u64, u32, u32, u32),
-) {
-    let mut off = from;
-    let mut data_sn = 0u32;
-    while off < to {
-        let n = (to - off).min(max_send.max(1));
-        pdus.push(Pdu::DataOut(DataOut {
-            final_bit: off + n == to,
-            lun,
-            itt,
-            ttt,
-            exp_stat_sn,
-            data_sn,
-            buffer_offset: off as u32,
-            data: data.slice(off..off + n),
-        }));
-        data_sn = data_sn.wrapping_add(1);
-        off += n;
-    }
-}
-
-async fn write_loop(wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Pdu>) {
-    let framer = Framer::default();
-    let mut scratch = BytesMut::with_capacity(4096);
-    let mut out = BufWriter::with_capacity(256 << 10, wr);
-    while let Some(pdu) = rx.recv().await {
-        let mut next = Some(pdu);
-        // Everything queued now goes out with one flush.
-        while let Some(pdu) = next {
-            let e = framer.encode(&pdu, &mut scratch);
-            if out.write_all(&e.header).await.is_err()
-                || out.write_all(&e.data).await.is_err()
-                || out.write_all(e.trailer()).await.is_err()
-            {
-                return;
-            }
-            next = rx.try_recv().ok();
-        }
-        if out.flush().await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn read_loop(mut rd: OwnedReadHalf, mut buf: BytesMut, framer: Framer, shared: Arc<Shared>) {
-    let reason = loop {
-        match framer.decode(&mut buf) {
-            Ok(Some(pdu)) => {
-                if let Err(e) = handle(&shared, pdu) {
-                    break e;
-                }
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => break Error::Protocol(format!("undecodable PDU: {e}")),
-        }
-        buf.reserve(framer.bytes_needed(&buf).max(64 << 10));
-        match rd.read_buf(&mut buf).await {
-            Ok(0) => break Error::ConnectionLost,
-            Ok(_) => {}
-            Err(_) => break Error::ConnectionLost,
-        }
-    };
-    tracing::debug!(portal = %shared.addr, "session ends: {reason}");
-    let pending: Vec<Pending> = {
-        let mut st = shared.lock();
-        st.tx = None;
-        st.pending.drain().map(|(_, p)| p).collect()
-    };
-    for p in pending {
-        let _ = p.reply.send(Err(Error::ConnectionLost));
-    }
-    shared.window.notify_waiters();
-}
-
-/// One PDU from the target. An error ends the connection.
-fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
-    let mut st = shared.lock();
-    let (stat_sn, max_cmd_sn, advances) = match &pdu {
-        Pdu::ScsiResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::DataIn(d) => (d.stat_sn, d.max_cmd_sn, d.status_present),
-        Pdu::NopIn(n) => (n.stat_sn, n.max_cmd_sn, n.itt != RESERVED_TAG),
-        Pdu::TaskMgmtResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::TextResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::LogoutResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::Reject(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::R2t(r) => (r.stat_sn, r.max_cmd_sn, false),
-        Pdu::AsyncMessage(r) => (r.stat_sn, r.max_cmd_sn, true),
-        other => {
-            return Err(Error::Protocol(format!(
-                "unexpected {:?} in full feature phase",
-                other.opcode()
-            )))
-        }
-    };
-    if advances && serial::le(st.exp_stat_sn, stat_sn) {
-        st.exp_stat_sn = stat_sn.wrapping_add(1);
-    }
-    if serial::gt(max_cmd_sn, st.max_cmd_sn) {
-        st.max_cmd_sn = max_cmd_sn;
-        shared.window.notify_waiters();
-    }
-    match pdu {
-        Pdu::DataIn(d) => {
-            let Some(p) = st.pending.get_mut(&d.itt) else {
-                return Err(Error::Protocol(format!(
-                    "Data-In for unknown ITT {:#x}",
-                    d.itt
-                )));
-            };
-            let off = d.buffer_offset as usize;
-            let end = off.saturating_add(d.data.len());
-            if end > p.expected {
-                return Err(Error::Protocol("Data-In beyond the expected length".into()));
-            }
-            if p.read.len() < end {
-                p.read.resize(end, 0);
-            }
-            if let Some(dst) = p.read.get_mut(off..end) {
-                dst.copy_from_slice(&d.data);
-            }
-            if d.status_present {
-                if let Some(p) = st.pending.remove(&d.itt) {
-                    let _ = p.reply.send(Ok(ScsiOutcome {
-                        status: d.status,
-                        response: 0,
-                        sense: Bytes::new(),
-                        data: p.read.freeze(),
-                        residual: d.residual,
-                    }));
-                }
-            }
-        }
-        Pdu::ScsiResponse(r) => {
-            if let Some(p) = st.pending.remove(&r.itt) {
-                // Sense data: 2-byte length, then the sense bytes (RFC 7143 11.4.7).
-                let sense = match (r.data.first(), r.data.get(1)) {
-                    (Some(&hi), Some(&lo)) => {
-                        let n = usize::from(u16::from_be_bytes([hi, lo]));
-                        r.data.slice(2..(2 + n).min(r.data.len()))
-                    }
-                    _ => Bytes::new(),
-                };
-                let _ = p.reply.send(Ok(ScsiOutcome {
-                    status: r.status,
-                    response: r.response,
-                    sense,
-                    data: p.read.freeze(),
-                    residual: r.residual,
-                }));
-            }
-        }
-        Pdu::R2t(r) => {
-            let Some(p) = st.pending.get(&r.itt) else {
-                return Err(Error::Protocol(format!("R2T for unknown ITT {:#x}", r.itt)));
-            };
-            let off = r.buffer_offset as usize;
-            let end = off.saturating_add(r.desired_length as usize);
-            if end > p.write.len() || r.desired_length == 0 {
-                return Err(Error::Protocol("R2T beyond the write's data".into()));
-            }
-            let mut pdus = Vec::new();
-            let exp_stat_sn = st.exp_stat_sn;
-            data_out(
-                &mut pdus,
-                &p.write,
-                off,
-                end,
-                shared.max_send,
-                (r.lun, r.itt, r.ttt, exp_stat_sn),
-            );
-            if let Some(q) = &st.tx {
-                for pdu in pdus {
-                    let _ = q.send(pdu);
-                }
-            }
-        }
-        Pdu::NopIn(n) if n.itt == RESERVED_TAG && n.ttt != RESERVED_TAG => {
-            {
-                // A ping from the target: answer with its TTT (RFC 7143 11.18).
-                let reply = Pdu::NopOut(NopOut {
-                    immediate: true,
-                    lun: n.lun,
-                    itt: RESERVED_TAG,
-                    ttt: n.ttt,
-                    cmd_sn: st.cmd_sn,
-                    exp_stat_sn: st.exp_stat_sn,
-                    data: Bytes::new(),
-                });
-                if let Some(q) = &st.tx {
-                    let _ = q.send(reply);
-                }
-            }
-        }
-        Pdu::TextResponse(r) => {
-            if let Some(p) = st.pending.remove(&r.itt) {
-                let result = if r.final_bit {
-                    Ok(ScsiOutcome {
-                        data: r.data,
-                        ..ScsiOutcome::default()
-                    })
-                } else {
-                    Err(Error::Protocol(
-                        "continued text responses are not supported".into(),
-                    ))
-                };
-                let _ = p.reply.send(result);
-            }
-        }
-        Pdu::LogoutResponse(r) => {
-            if let Some(p) = st.pending.remove(&r.itt) {
-                let _ = p.reply.send(Ok(ScsiOutcome {
-                    response: r.response,
-                    ..ScsiOutcome::default()
-                }));
-            }
-        }
-        Pdu::Reject(r) => {
-            // The rejected PDU's header is the data; its ITT is at bytes 16..20.
-            let itt = r
-                .data
-                .get(16..20)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map(u32::from_be_bytes);
-            if let Some(p) = itt.and_then(|itt| st.pending.remove(&itt)) {
-                let _ = p.reply.send(Err(Error::Protocol(format!(
-                    "target rejected the request (reason {:#04x})",
-                    r.reason
-                ))));
-            }
-        }
-        Pdu::AsyncMessage(m) => {
-            tracing::debug!(event = m.event, "asynchronous message from the target");
-        }
-        _ => {}
-    }
-    Ok(())
 }

@@ -18,11 +18,16 @@ struct Server {
 
 impl Server {
     async fn start(target_extra: &str) -> Server {
+        Server::start_with("", target_extra).await
+    }
+
+    async fn start_with(server_extra: &str, target_extra: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let toml = format!(
             r#"
 [server]
 data-dir = "{d}/data"
+{server_extra}
 
 [[portal-group]]
 tag = 1
@@ -229,4 +234,28 @@ async fn unknown_target_and_unreachable_portal() {
     let closed: SocketAddr = "127.0.0.1:1".parse().expect("addr");
     let r = Session::login(closed, TARGET, &LoginOptions::new(INITIATOR)).await;
     assert!(matches!(r, Err(Error::Io { .. })), "{:?}", r.err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn target_pings_are_answered() {
+    // The target pings after 100 ms idle and drops the connection after 500 ms unanswered.
+    let server = Server::start_with("nop-interval = \"100ms\"\nnop-timeout = \"500ms\"", "").await;
+    let s = login(server.addr).await;
+    for round in 0..3u64 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let data = random(round, 4096);
+        s.write(round * 8, &data).await.expect("write after idle");
+        assert!(s.read(round * 8, 8).await.expect("read after idle")[..] == data[..]);
+    }
+    s.logout().await.expect("logout");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_fails_commands_instead_of_hanging() {
+    let server = Server::start("").await;
+    let s = login(server.addr).await;
+    server.stop().await;
+    let r = tokio::time::timeout(Duration::from_secs(20), s.read(0, 8)).await;
+    assert!(matches!(r, Ok(Err(_))), "{r:?}");
 }

@@ -1,0 +1,345 @@
+//! One connection's plumbing: the state shared by the session's callers and its two tasks,
+//! the writer task (every PDU in queue order, which is CmdSN order), and the reader task that
+//! demultiplexes the target's PDUs by ITT: Data-In into the command's buffer, status to its
+//! waiter, R2T answered with Data-Out, NOP-In pings answered, StatSN and MaxCmdSN tracked.
+
+use bytes::{Bytes, BytesMut};
+use iscsi_proto::pdu::*;
+use iscsi_proto::{serial, Framer};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::session::ScsiOutcome;
+use crate::Error;
+
+/// A command waiting for its answer.
+pub(crate) struct Pending {
+    /// Data to send on R2T (empty for reads).
+    pub(crate) write: Bytes,
+    /// Data-In collected so far, and the most the command may receive.
+    pub(crate) read: ReadBuffer,
+    pub(crate) expected: usize,
+    pub(crate) reply: oneshot::Sender<Result<ScsiOutcome, Error>>,
+}
+
+/// Data-In of one command. A read answered by one Data-In PDU at offset 0 (the common case up
+/// to MaxRecvDataSegmentLength) keeps the received segment as is: no allocation, no copy.
+#[derive(Debug, Default)]
+pub(crate) enum ReadBuffer {
+    #[default]
+    Empty,
+    Whole(Bytes),
+    Assembled(BytesMut),
+}
+
+impl ReadBuffer {
+    /// Places `data` at `offset`; the caller has checked the end against the expected length.
+    fn add(&mut self, offset: usize, data: Bytes, expected: usize) {
+        if matches!(self, ReadBuffer::Empty) && offset == 0 {
+            *self = ReadBuffer::Whole(data);
+            return;
+        }
+        let mut buf = match std::mem::take(self) {
+            ReadBuffer::Empty => BytesMut::with_capacity(expected),
+            ReadBuffer::Whole(first) => {
+                let mut b = BytesMut::with_capacity(expected);
+                b.extend_from_slice(&first);
+                b
+            }
+            ReadBuffer::Assembled(b) => b,
+        };
+        let end = offset + data.len();
+        if buf.len() < end {
+            buf.resize(end, 0);
+        }
+        if let Some(dst) = buf.get_mut(offset..end) {
+            dst.copy_from_slice(&data);
+        }
+        *self = ReadBuffer::Assembled(buf);
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            ReadBuffer::Empty => Bytes::new(),
+            ReadBuffer::Whole(b) => b,
+            ReadBuffer::Assembled(b) => b.freeze(),
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) cmd_sn: u32,
+    pub(crate) exp_stat_sn: u32,
+    pub(crate) max_cmd_sn: u32,
+    pub(crate) next_itt: u32,
+    pub(crate) pending: HashMap<u32, Pending>,
+    /// None once the connection is gone.
+    pub(crate) tx: Option<mpsc::UnboundedSender<Pdu>>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    pub(crate) window: Notify,
+    pub(crate) addr: SocketAddr,
+    pub(crate) max_send: usize,
+    pub(crate) first_burst: usize,
+    pub(crate) immediate_data: bool,
+    pub(crate) initial_r2t: bool,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock means a panic elsewhere; the counters are still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Queues Data-Out PDUs for `data[from..to]`, cut at `max_send`, DataSN from 0.
+pub(crate) fn data_out(
+    pdus: &mut Vec<Pdu>,
+    data: &Bytes,
+    from: usize,
+    to: usize,
+    max_send: usize,
+    (lun, itt, ttt, exp_stat_sn): (u64, u32, u32, u32),
+) {
+    let mut off = from;
+    let mut data_sn = 0u32;
+    while off < to {
+        let n = (to - off).min(max_send.max(1));
+        pdus.push(Pdu::DataOut(DataOut {
+            final_bit: off + n == to,
+            lun,
+            itt,
+            ttt,
+            exp_stat_sn,
+            data_sn,
+            buffer_offset: off as u32,
+            data: data.slice(off..off + n),
+        }));
+        data_sn = data_sn.wrapping_add(1);
+        off += n;
+    }
+}
+
+pub(crate) async fn write_loop(wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Pdu>) {
+    let framer = Framer::default();
+    let mut scratch = BytesMut::with_capacity(4096);
+    let mut out = BufWriter::with_capacity(256 << 10, wr);
+    while let Some(pdu) = rx.recv().await {
+        let mut next = Some(pdu);
+        // Everything queued now goes out with one flush.
+        while let Some(pdu) = next {
+            let e = framer.encode(&pdu, &mut scratch);
+            if out.write_all(&e.header).await.is_err()
+                || out.write_all(&e.data).await.is_err()
+                || out.write_all(e.trailer()).await.is_err()
+            {
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
+        if out.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub(crate) async fn read_loop(
+    mut rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    framer: Framer,
+    shared: Arc<Shared>,
+) {
+    let reason = loop {
+        match framer.decode(&mut buf) {
+            Ok(Some(pdu)) => {
+                if let Err(e) = handle(&shared, pdu) {
+                    break e;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break Error::Protocol(format!("undecodable PDU: {e}")),
+        }
+        buf.reserve(framer.bytes_needed(&buf).max(64 << 10));
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => break Error::ConnectionLost,
+            Ok(_) => {}
+            Err(_) => break Error::ConnectionLost,
+        }
+    };
+    tracing::debug!(portal = %shared.addr, "session ends: {reason}");
+    let pending: Vec<Pending> = {
+        let mut st = shared.lock();
+        st.tx = None;
+        st.pending.drain().map(|(_, p)| p).collect()
+    };
+    for p in pending {
+        let _ = p.reply.send(Err(Error::ConnectionLost));
+    }
+    shared.window.notify_waiters();
+}
+
+/// One PDU from the target. An error ends the connection.
+fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
+    let mut st = shared.lock();
+    let (stat_sn, max_cmd_sn, advances) = match &pdu {
+        Pdu::ScsiResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
+        Pdu::DataIn(d) => (d.stat_sn, d.max_cmd_sn, d.status_present),
+        Pdu::NopIn(n) => (n.stat_sn, n.max_cmd_sn, n.itt != RESERVED_TAG),
+        Pdu::TaskMgmtResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
+        Pdu::TextResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
+        Pdu::LogoutResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
+        Pdu::Reject(r) => (r.stat_sn, r.max_cmd_sn, true),
+        Pdu::R2t(r) => (r.stat_sn, r.max_cmd_sn, false),
+        Pdu::AsyncMessage(r) => (r.stat_sn, r.max_cmd_sn, true),
+        other => {
+            return Err(Error::Protocol(format!(
+                "unexpected {:?} in full feature phase",
+                other.opcode()
+            )))
+        }
+    };
+    if advances && serial::le(st.exp_stat_sn, stat_sn) {
+        st.exp_stat_sn = stat_sn.wrapping_add(1);
+    }
+    if serial::gt(max_cmd_sn, st.max_cmd_sn) {
+        st.max_cmd_sn = max_cmd_sn;
+        shared.window.notify_waiters();
+    }
+    match pdu {
+        Pdu::DataIn(d) => {
+            let Some(p) = st.pending.get_mut(&d.itt) else {
+                return Err(Error::Protocol(format!(
+                    "Data-In for unknown ITT {:#x}",
+                    d.itt
+                )));
+            };
+            let off = d.buffer_offset as usize;
+            let end = off.saturating_add(d.data.len());
+            if end > p.expected {
+                return Err(Error::Protocol("Data-In beyond the expected length".into()));
+            }
+            p.read.add(off, d.data, p.expected);
+            if d.status_present {
+                if let Some(p) = st.pending.remove(&d.itt) {
+                    let _ = p.reply.send(Ok(ScsiOutcome {
+                        status: d.status,
+                        response: 0,
+                        sense: Bytes::new(),
+                        data: p.read.into_bytes(),
+                        residual: d.residual,
+                    }));
+                }
+            }
+        }
+        Pdu::ScsiResponse(r) => {
+            if let Some(p) = st.pending.remove(&r.itt) {
+                // Sense data: 2-byte length, then the sense bytes (RFC 7143 11.4.7).
+                let sense = match (r.data.first(), r.data.get(1)) {
+                    (Some(&hi), Some(&lo)) => {
+                        let n = usize::from(u16::from_be_bytes([hi, lo]));
+                        r.data.slice(2..(2 + n).min(r.data.len()))
+                    }
+                    _ => Bytes::new(),
+                };
+                let _ = p.reply.send(Ok(ScsiOutcome {
+                    status: r.status,
+                    response: r.response,
+                    sense,
+                    data: p.read.into_bytes(),
+                    residual: r.residual,
+                }));
+            }
+        }
+        Pdu::R2t(r) => {
+            let Some(p) = st.pending.get(&r.itt) else {
+                return Err(Error::Protocol(format!("R2T for unknown ITT {:#x}", r.itt)));
+            };
+            let off = r.buffer_offset as usize;
+            let end = off.saturating_add(r.desired_length as usize);
+            if end > p.write.len() || r.desired_length == 0 {
+                return Err(Error::Protocol("R2T beyond the write's data".into()));
+            }
+            let mut pdus = Vec::new();
+            let exp_stat_sn = st.exp_stat_sn;
+            data_out(
+                &mut pdus,
+                &p.write,
+                off,
+                end,
+                shared.max_send,
+                (r.lun, r.itt, r.ttt, exp_stat_sn),
+            );
+            if let Some(q) = &st.tx {
+                for pdu in pdus {
+                    let _ = q.send(pdu);
+                }
+            }
+        }
+        Pdu::NopIn(n) if n.itt == RESERVED_TAG && n.ttt != RESERVED_TAG => {
+            {
+                // A ping from the target: answer with its TTT (RFC 7143 11.18).
+                let reply = Pdu::NopOut(NopOut {
+                    immediate: true,
+                    lun: n.lun,
+                    itt: RESERVED_TAG,
+                    ttt: n.ttt,
+                    cmd_sn: st.cmd_sn,
+                    exp_stat_sn: st.exp_stat_sn,
+                    data: Bytes::new(),
+                });
+                if let Some(q) = &st.tx {
+                    let _ = q.send(reply);
+                }
+            }
+        }
+        Pdu::TextResponse(r) => {
+            if let Some(p) = st.pending.remove(&r.itt) {
+                let result = if r.final_bit {
+                    Ok(ScsiOutcome {
+                        data: r.data,
+                        ..ScsiOutcome::default()
+                    })
+                } else {
+                    Err(Error::Protocol(
+                        "continued text responses are not supported".into(),
+                    ))
+                };
+                let _ = p.reply.send(result);
+            }
+        }
+        Pdu::LogoutResponse(r) => {
+            if let Some(p) = st.pending.remove(&r.itt) {
+                let _ = p.reply.send(Ok(ScsiOutcome {
+                    response: r.response,
+                    ..ScsiOutcome::default()
+                }));
+            }
+        }
+        Pdu::Reject(r) => {
+            // The rejected PDU's header is the data; its ITT is at bytes 16..20.
+            let itt = r
+                .data
+                .get(16..20)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_be_bytes);
+            if let Some(p) = itt.and_then(|itt| st.pending.remove(&itt)) {
+                let _ = p.reply.send(Err(Error::Protocol(format!(
+                    "target rejected the request (reason {:#04x})",
+                    r.reason
+                ))));
+            }
+        }
+        Pdu::AsyncMessage(m) => {
+            tracing::debug!(event = m.event, "asynchronous message from the target");
+        }
+        _ => {}
+    }
+    Ok(())
+}
