@@ -16,6 +16,11 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::session::ScsiOutcome;
 use crate::Error;
 
+/// Least buffer space offered to each socket read, so one read can take several PDUs (64k
+/// sequential reads: 1.4 GB/s with 64 KiB, 2 GB/s and more from 512 KiB up, on loopback). A
+/// read returned without copying keeps its chunk alive until the caller drops it.
+const READ_CHUNK: usize = 1 << 20;
+
 /// A command waiting for its answer.
 pub(crate) struct Pending {
     /// Data to send on R2T (empty for reads).
@@ -166,7 +171,7 @@ pub(crate) async fn read_loop(
             Ok(None) => {}
             Err(e) => break Error::Protocol(format!("undecodable PDU: {e}")),
         }
-        buf.reserve(framer.bytes_needed(&buf).max(64 << 10));
+        buf.reserve(framer.bytes_needed(&buf).max(READ_CHUNK));
         match rd.read_buf(&mut buf).await {
             Ok(0) => break Error::ConnectionLost,
             Ok(_) => {}
