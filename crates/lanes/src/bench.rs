@@ -6,10 +6,11 @@
 //! runs `depth` tasks with one command outstanding each, so the target sees threads x depth
 //! commands in flight. Every task owns a disjoint slice of the tested region (sequential
 //! patterns stream through their slice; random ones pick block-aligned offsets in it), so
-//! `--verify` never races two writes of the same block.
+//! `--verify` never races two writes of the same block and can keep, per 4 KiB, the stamp of
+//! the last write (`Oracle`) to catch stale reads as well as misplaced or torn blocks.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -307,23 +308,73 @@ fn fill_verified(buf: &mut [u8], lba: u64, bs: usize, stamp: u64) {
     }
 }
 
-/// Counts the blocks of `buf` that are neither never-written (all zero) nor intact at `lba`.
-fn count_bad_blocks(buf: &[u8], lba: u64, bs: usize) -> u64 {
+/// Counts the blocks of `buf` that are neither never-written (all zero) nor intact at `lba`
+/// with the stamp `expected` gives for their LBA (0: any stamp).
+fn count_bad_blocks(buf: &[u8], lba: u64, bs: usize, expected: impl Fn(u64) -> u64) -> u64 {
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
     let mut bad = 0;
     for (i, block) in buf.chunks_exact(bs).enumerate() {
         if block.iter().all(|b| *b == 0) {
             continue;
         }
+        let this = lba + i as u64;
         let (body, sum) = block.split_at(bs - 8);
-        let mut stored = [0u8; 8];
-        stored.copy_from_slice(&body[..8]);
-        let mut s = [0u8; 8];
-        s.copy_from_slice(sum);
-        if u64::from_le_bytes(stored) != lba + i as u64 || u64::from_le_bytes(s) != checksum(body) {
+        let want = expected(this);
+        if word(&body[..8]) != this
+            || word(sum) != checksum(body)
+            || (want != 0 && word(&body[8..16]) != want)
+        {
             bad += 1;
         }
     }
     bad
+}
+
+/// The stamp each 4 KiB grain of the region was last written with (0: unknown), so `--verify`
+/// also catches a read returning an older version of a block, not just a misplaced one.
+/// Every I/O covers whole grains and each task owns its slice, so plain loads and stores do.
+struct Oracle {
+    grain_blocks: u64,
+    stamps: Vec<AtomicU64>,
+}
+
+/// The stamp of blocks written by the prefill.
+const PREFILL_STAMP: u64 = 1;
+/// Largest table `--verify` keeps (8 bytes per grain): 64 Mi grains, 256 GiB of region.
+const MAX_GRAINS: u64 = 64 << 20;
+
+impl Oracle {
+    fn new(region_blocks: u64, bs: usize) -> anyhow::Result<Oracle> {
+        let grain_blocks = (4096 / bs).max(1) as u64;
+        let grains = region_blocks.div_ceil(grain_blocks);
+        if grains > MAX_GRAINS {
+            bail!("--verify keeps a stamp per 4 KiB and supports up to 256 GiB; use --size");
+        }
+        Ok(Oracle {
+            grain_blocks,
+            stamps: (0..grains).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn expected(&self, lba: u64) -> u64 {
+        self.stamps
+            .get((lba / self.grain_blocks) as usize)
+            .map_or(0, |s| s.load(Ordering::Relaxed))
+    }
+
+    fn record(&self, lba: u64, blocks: u64, stamp: u64) {
+        let first = lba / self.grain_blocks;
+        let last = (lba + blocks).div_ceil(self.grain_blocks);
+        for g in first..last {
+            if let Some(s) = self.stamps.get(g as usize) {
+                s.store(stamp, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,7 +397,8 @@ struct Job {
     blocks: u64,
     block_size: usize,
     seed: u64,
-    verify: bool,
+    /// Present with --verify.
+    oracle: Option<Arc<Oracle>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -388,14 +440,17 @@ async fn run_task(session: Arc<Session>, job: Job) -> anyhow::Result<TaskResult>
                 .read(lba, per_io as u32)
                 .await
                 .with_context(|| format!("read at LBA {lba}"))?;
-            if job.verify {
-                result.verify_errors += count_bad_blocks(&data, lba, job.block_size);
+            if let Some(oracle) = &job.oracle {
+                result.verify_errors +=
+                    count_bad_blocks(&data, lba, job.block_size, |l| oracle.expected(l));
             }
             result.reads += 1;
         } else {
-            let data = if job.verify {
+            // Stamps of verified writes have the top bit set: never 0 (unknown) or the prefill's.
+            let stamp = next(&mut rng) | 1 << 63;
+            let data = if job.oracle.is_some() {
                 let mut b = BytesMut::zeroed(job.pattern.block);
-                fill_verified(&mut b, lba, job.block_size, next(&mut rng));
+                fill_verified(&mut b, lba, job.block_size, stamp);
                 b.freeze()
             } else {
                 noise.clone()
@@ -404,6 +459,9 @@ async fn run_task(session: Arc<Session>, job: Job) -> anyhow::Result<TaskResult>
                 .write_bytes(lba, data)
                 .await
                 .with_context(|| format!("write at LBA {lba}"))?;
+            if let Some(oracle) = &job.oracle {
+                oracle.record(lba, per_io, stamp);
+            }
             result.writes += 1;
         }
         result.hist.record(began.elapsed());
@@ -413,17 +471,24 @@ async fn run_task(session: Arc<Session>, job: Job) -> anyhow::Result<TaskResult>
 }
 
 /// Fills a slice with verification blocks, so read patterns have something to check.
-async fn prefill(session: Arc<Session>, start: u64, blocks: u64, bs: usize) -> anyhow::Result<()> {
+async fn prefill(
+    session: Arc<Session>,
+    oracle: Arc<Oracle>,
+    start: u64,
+    blocks: u64,
+    bs: usize,
+) -> anyhow::Result<()> {
     let chunk = (262_144 / bs) as u64;
     let mut lba = start;
     while lba < start + blocks {
         let n = chunk.min(start + blocks - lba);
         let mut b = BytesMut::zeroed(n as usize * bs);
-        fill_verified(&mut b, lba, bs, lba ^ 0x5eed);
+        fill_verified(&mut b, lba, bs, PREFILL_STAMP);
         session
             .write_bytes(lba, b.freeze())
             .await
             .with_context(|| format!("prefill at LBA {lba}"))?;
+        oracle.record(lba, n, PREFILL_STAMP);
         lba += n;
     }
     Ok(())
@@ -503,6 +568,7 @@ async fn run_pattern(
     region: u64,
     bs: usize,
     duration: Duration,
+    oracle: Option<&Arc<Oracle>>,
 ) -> anyhow::Result<Outcome> {
     let (threads, depth) = if pattern.qd1 {
         (1, 1)
@@ -521,7 +587,7 @@ async fn run_pattern(
             blocks,
             block_size: bs,
             seed: 0x1234_5678 ^ ((i as u64 + 1) << 20) ^ u64::from(std::process::id()),
-            verify: args.verify,
+            oracle: oracle.cloned(),
             stop: stop.clone(),
         };
         tasks.push(tokio::spawn(run_task(session, job)));
@@ -632,12 +698,26 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         None => lun_blocks,
     };
-    if args.verify && patterns.iter().any(|p| p.read_percent > 0) {
+    let oracle = args
+        .verify
+        .then(|| Oracle::new(region, bs))
+        .transpose()?
+        .map(Arc::new);
+    if let Some(oracle) = oracle
+        .as_ref()
+        .filter(|_| patterns.iter().any(|p| p.read_percent > 0))
+    {
         // Every block of the region carries its LBA before anything is read.
         let parts = slices(region, sessions.len(), 1)?;
         let mut fills = Vec::new();
         for (s, (start, blocks)) in sessions.iter().zip(parts) {
-            fills.push(tokio::spawn(prefill(s.clone(), start, blocks, bs)));
+            fills.push(tokio::spawn(prefill(
+                s.clone(),
+                oracle.clone(),
+                start,
+                blocks,
+                bs,
+            )));
         }
         for f in fills {
             f.await.context("prefill task")??;
@@ -646,7 +726,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     print_header();
     let mut outcomes = Vec::new();
     for p in patterns {
-        let o = run_pattern(&sessions, p, &args, region, bs, duration).await?;
+        let o = run_pattern(&sessions, p, &args, region, bs, duration, oracle.as_ref()).await?;
         print_row(&o);
         outcomes.push(o);
     }
@@ -702,11 +782,37 @@ mod tests {
     fn verification_blocks() {
         let mut b = vec![0u8; 4096];
         fill_verified(&mut b, 100, 512, 7);
-        assert_eq!(count_bad_blocks(&b, 100, 512), 0);
-        assert_eq!(count_bad_blocks(&b, 101, 512), 8);
+        let any = |_| 0;
+        assert_eq!(count_bad_blocks(&b, 100, 512, any), 0);
+        assert_eq!(count_bad_blocks(&b, 100, 512, |_| 7), 0);
+        // An older version of the blocks (stale stamp) is caught.
+        assert_eq!(
+            count_bad_blocks(&b, 100, 512, |l| if l < 102 { 8 } else { 7 }),
+            2
+        );
+        assert_eq!(count_bad_blocks(&b, 101, 512, any), 8);
         b[600] ^= 1;
-        assert_eq!(count_bad_blocks(&b, 100, 512), 1);
-        assert_eq!(count_bad_blocks(&[0u8; 1024], 5, 512), 0);
+        assert_eq!(count_bad_blocks(&b, 100, 512, any), 1);
+        assert_eq!(count_bad_blocks(&[0u8; 1024], 5, 512, any), 0);
+    }
+
+    #[test]
+    fn oracle_tracks_grains() {
+        let o = Oracle::new(1000, 512).unwrap();
+        assert_eq!(o.expected(17), 0);
+        o.record(16, 16, 9);
+        assert_eq!(
+            (
+                o.expected(15),
+                o.expected(16),
+                o.expected(31),
+                o.expected(32)
+            ),
+            (0, 9, 9, 0)
+        );
+        o.record(990, 10, 4);
+        assert_eq!(o.expected(999), 4);
+        assert!(Oracle::new(u64::MAX / 2, 512).is_err());
     }
 
     #[test]
