@@ -1,71 +1,11 @@
 //! `lanes bench` against a `lanes serve` child process on loopback: a read and a write pattern
 //! with `--verify` and `--json`, and one clear error line for bad input.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
-/// A `lanes serve` child process, killed on drop.
-struct Served {
-    child: Child,
-    portal: SocketAddr,
-    target: String,
-}
+mod served;
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path) -> Served {
-    let lun = format!("{},size=64M", dir.join("disk.img").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args([
-            "serve",
-            "--portal",
-            "127.0.0.1:0",
-            "--lun",
-            &lun,
-            "--data-dir",
-        ])
-        .arg(dir.join("data"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn lanes serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut portal = None;
-        let mut target = None;
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["Target", name] => target = Some(name.to_string()),
-                ["portal", addr, "TPGT", _] if portal.is_none() => portal = addr.parse().ok(),
-                _ => {}
-            }
-            if let (Some(p), Some(t), true) = (portal, &target, line.starts_with("Status:")) {
-                let _ = tx.send((p, t.clone()));
-            }
-        }
-    });
-    let (portal, target) = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("banner with portal and target within 60 s");
-    Served {
-        child,
-        portal,
-        target,
-    }
-}
+use served::serve;
 
 #[test]
 fn bench_reads_and_writes_with_verify() {
