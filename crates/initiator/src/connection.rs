@@ -8,6 +8,7 @@ use iscsi_proto::pdu::*;
 use iscsi_proto::{serial, Framer};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -88,6 +89,8 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
+    /// A second descriptor of the socket, so `Session::kill` can make its close abortive.
+    pub(crate) socket: Mutex<Option<OwnedFd>>,
     pub(crate) window: Notify,
     pub(crate) addr: SocketAddr,
     pub(crate) max_send: usize,
@@ -179,15 +182,23 @@ pub(crate) async fn read_loop(
         }
     };
     tracing::debug!(portal = %shared.addr, "session ends: {reason}");
-    let pending: Vec<Pending> = {
-        let mut st = shared.lock();
-        st.tx = None;
-        st.pending.drain().map(|(_, p)| p).collect()
-    };
-    for p in pending {
-        let _ = p.reply.send(Err(Error::ConnectionLost));
+    shared.end();
+}
+
+impl Shared {
+    /// The connection is gone: every outstanding command ends with `ConnectionLost` and no new
+    /// one is queued.
+    pub(crate) fn end(&self) {
+        let pending: Vec<Pending> = {
+            let mut st = self.lock();
+            st.tx = None;
+            st.pending.drain().map(|(_, p)| p).collect()
+        };
+        for p in pending {
+            let _ = p.reply.send(Err(Error::ConnectionLost));
+        }
+        self.window.notify_waiters();
     }
-    shared.window.notify_waiters();
 }
 
 /// One PDU from the target. An error ends the connection.
@@ -302,6 +313,20 @@ fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
                 if let Some(q) = &st.tx {
                     let _ = q.send(reply);
                 }
+            }
+        }
+        Pdu::NopIn(n) if n.itt != RESERVED_TAG => {
+            // The answer to one of our pings.
+            if let Some(p) = st.pending.remove(&n.itt) {
+                let _ = p.reply.send(Ok(ScsiOutcome::default()));
+            }
+        }
+        Pdu::TaskMgmtResponse(r) => {
+            if let Some(p) = st.pending.remove(&r.itt) {
+                let _ = p.reply.send(Ok(ScsiOutcome {
+                    response: r.response,
+                    ..ScsiOutcome::default()
+                }));
             }
         }
         Pdu::TextResponse(r) => {

@@ -7,13 +7,16 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod cdb;
+mod commands;
 mod connection;
 mod error;
+pub mod identify;
 pub mod login;
 mod session;
 mod url;
 
 pub use error::Error;
+pub use identify::{DeviceIdentity, PortGroupState};
 pub use login::{ChapSecret, Negotiated, Offer};
 pub use session::{
     discover, random_isid, resolve, LoginOptions, ScsiOutcome, Session, CONNECT_TIMEOUT,

@@ -99,14 +99,26 @@ impl ScsiOutcome {
     }
 }
 
+/// Removes a command's entry from the pending table when its waiter goes away.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    itt: u32,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.lock().pending.remove(&self.itt);
+    }
+}
+
 /// A logged-in iSCSI session over one connection.
 pub struct Session {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     negotiated: Negotiated,
-    lun: u64,
+    pub(crate) lun: u64,
     block_size: AtomicU32,
-    reader: JoinHandle<()>,
-    writer: JoinHandle<()>,
+    pub(crate) reader: JoinHandle<()>,
+    pub(crate) writer: JoinHandle<()>,
 }
 
 impl Drop for Session {
@@ -215,7 +227,7 @@ pub async fn discover(
 }
 
 /// The LUN field of a PDU (SAM-5 peripheral or flat addressing).
-fn encode_lun(lun: u64) -> u64 {
+pub(crate) fn encode_lun(lun: u64) -> u64 {
     if lun < 256 {
         lun << 48
     } else {
@@ -254,6 +266,10 @@ impl Session {
             data_digest: false,
             max_recv_data_segment_length: negotiated.max_recv_data_segment_length as usize,
         };
+        let socket = {
+            use std::os::fd::AsFd;
+            stream.as_fd().try_clone_to_owned().ok()
+        };
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -265,6 +281,7 @@ impl Session {
                 pending: HashMap::new(),
                 tx: Some(tx),
             }),
+            socket: Mutex::new(socket),
             window: Notify::new(),
             addr: portal,
             max_send: (negotiated.max_send_data_segment_length as usize).max(512),
@@ -299,7 +316,7 @@ impl Session {
     }
 
     /// Takes a CmdSN inside the window and queues `build(cmd_sn, itt, exp_stat_sn)`'s PDUs.
-    async fn issue(
+    pub(crate) async fn issue(
         &self,
         immediate: bool,
         write: Bytes,
@@ -348,14 +365,19 @@ impl Session {
                 return Err(Error::Timeout("a CmdSN window slot"));
             }
         };
-        match tokio::time::timeout_at(deadline, rx).await {
+        // A caller that stops waiting (a timeout of its own, a dropped future) must not leave
+        // its entry behind: an answer that never comes would hold the ITT forever.
+        let guard = PendingGuard {
+            shared: &self.shared,
+            itt,
+        };
+        let result = match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::ConnectionLost),
-            Err(_) => {
-                self.shared.lock().pending.remove(&itt);
-                Err(Error::Timeout("a command's response"))
-            }
-        }
+            Err(_) => Err(Error::Timeout("a command's response")),
+        };
+        drop(guard);
+        result
     }
 
     /// Runs one SCSI command. `write` carries the Data-Out; `read_len` the expected Data-In.
@@ -417,7 +439,7 @@ impl Session {
     }
 
     /// Runs a command again while it reports UNIT ATTENTION (each is reported once).
-    async fn execute_retrying(
+    pub(crate) async fn execute_retrying(
         &self,
         name: &'static str,
         cdb: [u8; 16],

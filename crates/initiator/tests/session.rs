@@ -259,3 +259,100 @@ async fn a_lost_connection_fails_commands_instead_of_hanging() {
     let r = tokio::time::timeout(Duration::from_secs(20), s.read(0, 8)).await;
     assert!(matches!(r, Ok(Err(_))), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ping_and_abortive_kill_end_every_command() {
+    let server = Server::start("").await;
+    let s = login(server.addr).await;
+    let rtt = s.ping().await.expect("ping");
+    assert!(rtt < Duration::from_secs(2), "ping took {rtt:?}");
+    // Reads in flight when the path is killed end with a path error, none hangs.
+    let s = std::sync::Arc::new(s);
+    let mut reads = Vec::new();
+    for i in 0..16u64 {
+        let s = s.clone();
+        reads.push(tokio::spawn(async move { s.read(i * 128, 128).await }));
+    }
+    s.kill();
+    assert!(!s.is_alive());
+    for r in reads {
+        let r = tokio::time::timeout(Duration::from_secs(5), r)
+            .await
+            .expect("a command hung after kill")
+            .expect("join");
+        if let Err(e) = r {
+            assert!(e.is_path_error(), "{e}");
+        }
+    }
+    assert_eq!(s.outstanding(), 0);
+    let e = s.ping().await.expect_err("ping on a killed session");
+    assert!(matches!(e, Error::ConnectionLost), "{e}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn identity_alua_and_reinstatement() {
+    let server = Server::start("").await;
+    let opts = LoginOptions::new(INITIATOR);
+    let a = Session::login(server.addr, TARGET, &opts)
+        .await
+        .expect("login a");
+    a.test_unit_ready().await.expect("tur");
+    let id = a.device_identity().await.expect("page 0x83");
+    let lun = id.lun.clone().expect("a LUN designator");
+    assert!(lun.starts_with("naa."), "{lun}");
+    assert_eq!(id.target_port_group, Some(1));
+    let groups = a.report_target_port_groups().await.expect("RTPG");
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].group, groups[0].tier()), (1, 0));
+    // A leading login with the same initiator name and ISID reinstates: the target ends the
+    // old session, which is how a failed path is fenced before its writes are replayed.
+    let b = Session::login(server.addr, TARGET, &opts)
+        .await
+        .expect("login b");
+    b.test_unit_ready().await.expect("tur on b");
+    assert_eq!(b.device_identity().await.expect("0x83").lun, id.lun);
+    let e = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Err(e) = a.ping().await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the reinstated session stayed up");
+    assert!(e.is_path_error(), "{e}");
+    b.logout().await.expect("logout");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fua_flush_zeroes_unmap_and_lun_reset() {
+    let server = Server::start("").await;
+    let s = login(server.addr).await;
+    let data = bytes::Bytes::from(random(7, 64 * 512));
+    s.write_fua(100, data.clone(), true)
+        .await
+        .expect("FUA write");
+    s.synchronize_cache().await.expect("SYNCHRONIZE CACHE");
+    assert_eq!(s.read(100, 64).await.expect("read"), data);
+    s.write_zeroes(100, 16, false).await.expect("WRITE SAME");
+    s.unmap(132, 16).await.expect("UNMAP");
+    let back = s.read(100, 64).await.expect("read");
+    assert!(back[..16 * 512].iter().all(|&b| b == 0));
+    assert_eq!(back[16 * 512..32 * 512], data[16 * 512..32 * 512]);
+    assert!(back[32 * 512..48 * 512].iter().all(|&b| b == 0));
+    assert_eq!(back[48 * 512..], data[48 * 512..]);
+    s.lun_reset().await.expect("LOGICAL UNIT RESET");
+    // The reset's unit attention is consumed by the retry inside read.
+    assert_eq!(
+        s.read(148, 16).await.expect("read after reset"),
+        data[48 * 512..]
+    );
+    let e = s
+        .write_fua(0, bytes::Bytes::from(vec![0u8; 100]), false)
+        .await
+        .expect_err("unaligned write");
+    assert!(!e.is_path_error());
+    server.stop().await;
+}
