@@ -33,16 +33,10 @@ pub fn parse_device_identification(page: &[u8]) -> Option<DeviceIdentity> {
     let mut out = DeviceIdentity::default();
     let mut best_rank = 0u8;
     let mut at = 0usize;
-    while let Some(head) = body.get(at..at + 4) {
-        let (code_set, association, kind, n) = (
-            head[0] & 0x0f,
-            (head[1] >> 4) & 0x03,
-            head[1] & 0x0f,
-            usize::from(head[3]),
-        );
-        let Some(value) = body.get(at + 4..at + 4 + n) else {
-            return None;
-        };
+    while let Some(&[b0, b1, _, b3]) = body.get(at..at + 4) {
+        let (code_set, association, kind, n) =
+            (b0 & 0x0f, (b1 >> 4) & 0x03, b1 & 0x0f, usize::from(b3));
+        let value = body.get(at + 4..at + 4 + n)?;
         at += 4 + n;
         match (association, kind) {
             // Designators of the logical unit itself.
@@ -65,11 +59,15 @@ pub fn parse_device_identification(page: &[u8]) -> Option<DeviceIdentity> {
                 best_rank = 1;
             }
             // Designators of the target port the page was read through.
-            (1, 4) if n >= 4 => {
-                out.relative_port = Some(u16::from_be_bytes([value[2], value[3]]));
+            (1, 4) => {
+                if let Some(&[_, _, hi, lo]) = value.get(..4) {
+                    out.relative_port = Some(u16::from_be_bytes([hi, lo]));
+                }
             }
-            (1, 5) if n >= 4 => {
-                out.target_port_group = Some(u16::from_be_bytes([value[2], value[3]]));
+            (1, 5) => {
+                if let Some(&[_, _, hi, lo]) = value.get(..4) {
+                    out.target_port_group = Some(u16::from_be_bytes([hi, lo]));
+                }
             }
             _ => {}
         }
@@ -102,10 +100,10 @@ pub fn parse_target_port_groups(data: &[u8]) -> Option<Vec<PortGroupState>> {
     let body = data.get(4..4 + len.min(data.len().saturating_sub(4)))?;
     let mut out = Vec::new();
     let mut at = 0usize;
-    while let Some(head) = body.get(at..at + 8) {
-        let state = head[0] & 0x0f;
-        let group = u16::from_be_bytes([head[2], head[3]]);
-        let ports = usize::from(head[7]);
+    while let Some(&[b0, _, g_hi, g_lo, _, _, _, count]) = body.get(at..at + 8) {
+        let state = b0 & 0x0f;
+        let group = u16::from_be_bytes([g_hi, g_lo]);
+        let ports = usize::from(count);
         out.push(PortGroupState { group, state });
         at += 8 + 4 * ports;
     }
