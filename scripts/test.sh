@@ -11,6 +11,8 @@ need_packages=0
 for binary in iscsi-inq tgtd qemu-img fio ip iperf3 nft; do
     command -v "$binary" >/dev/null 2>&1 || need_packages=1
 done
+# lanes bench's PNG charts draw their text with this font (read at run time).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_packages=1
 if [ "$need_packages" = 1 ]; then
     step "installing Debian packages"
     sudo_cmd=""
@@ -18,7 +20,7 @@ if [ "$need_packages" = 1 ]; then
     $sudo_cmd apt-get update
     # qemu-utils and qemu-block-extra in one call so their versions match.
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends \
-        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3 nftables
+        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3 nftables fonts-dejavu-core
 fi
 
 # --- cargo-nextest -------------------------------------------------------------------------------
