@@ -35,6 +35,12 @@ pub enum Error {
         status: u8,
         sense: Option<(u8, u8, u8)>,
     },
+    /// Every path stayed down for the no-path timeout.
+    #[error("no path to the LUN for {secs} s")]
+    NoPath { secs: u64 },
+    /// No portal accepted a login when attaching.
+    #[error("no path could log in: {0}")]
+    NoPathAtAttach(String),
     /// A caller asked for something impossible (zero-length write, unaligned buffer, ...).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

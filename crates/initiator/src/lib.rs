@@ -12,12 +12,14 @@ mod connection;
 mod error;
 pub mod identify;
 pub mod login;
+pub mod multipath;
 mod session;
 mod url;
 
 pub use error::Error;
 pub use identify::{DeviceIdentity, PortGroupState};
 pub use login::{ChapSecret, Negotiated, Offer};
+pub use multipath::{Multipath, MultipathConfig, MultipathStatus, PortalConfig};
 pub use session::{
     discover, random_isid, resolve, LoginOptions, ScsiOutcome, Session, CONNECT_TIMEOUT,
 };

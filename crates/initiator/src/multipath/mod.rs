@@ -1,0 +1,463 @@
+//! A multipath device: one LUN reached through every portal of a target, as one device that
+//! is as fast as the sum of its paths and survives losing all but one of them.
+//!
+//! - [`Multipath::attach`] logs in once per portal, reads VPD page 0x83 on every path and
+//!   keeps only paths whose LUN identifier (and size) is identical: a path that reports another
+//!   identifier is refused, because mixing two LUNs in one device corrupts data.
+//! - Requests go to the path the `mpath` selector picks from per-path atomic counters; large
+//!   requests are split across the eligible paths (`mpath::split`).
+//! - A health task pings every path (NOP-Out), samples latency and errors, and drives
+//!   `mpath::PathSet`: failed paths are closed abortively, fenced, and logged in again.
+//! - A command that fails with its path is replayed on another one; a write only after the
+//!   failed path's session has been ended at the target ([`io`] and [`health`] say how).
+
+mod health;
+mod io;
+mod slot;
+mod status;
+
+use bytes::{Bytes, BytesMut};
+use mpath::{HealthConfig, PathId, PathSet, Policy, Selector};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::{Error, LoginOptions};
+use io::Op;
+use slot::PathSlot;
+pub use status::{MultipathStatus, PathStatus, StateChange};
+
+/// Most paths one device has.
+pub const MAX_PATHS: usize = 32;
+/// Largest single command sent down one path; bigger requests are cut.
+const MAX_COMMAND_BYTES: u64 = 1 << 20;
+
+/// One portal of the device and how the policies weigh it.
+#[derive(Debug, Clone)]
+pub struct PortalConfig {
+    pub addr: SocketAddr,
+    /// Target portal group tag (from SendTargets); sessions are identified per group.
+    pub tpgt: u16,
+    pub weight: u32,
+    pub priority: u32,
+}
+
+/// Everything `Multipath::attach` needs.
+#[derive(Debug, Clone)]
+pub struct MultipathConfig {
+    pub target: String,
+    pub portals: Vec<PortalConfig>,
+    /// Initiator name, CHAP and LUN; the ISID is chosen per path.
+    pub login: LoginOptions,
+    pub policy: Policy,
+    pub health: HealthConfig,
+    /// With every path down, how long I/O waits before it fails.
+    pub no_path_timeout: Duration,
+    /// Requests larger than this are split across the eligible paths.
+    pub split_threshold: u32,
+}
+
+impl MultipathConfig {
+    pub fn new(target: impl Into<String>, portals: Vec<PortalConfig>, login: LoginOptions) -> Self {
+        MultipathConfig {
+            target: target.into(),
+            portals,
+            login,
+            policy: Policy::default(),
+            health: HealthConfig::default(),
+            no_path_timeout: Duration::from_secs(30),
+            split_threshold: 128 << 10,
+        }
+    }
+}
+
+/// A path attach could not use.
+#[derive(Debug, Clone)]
+pub struct RefusedPath {
+    pub portal: SocketAddr,
+    pub reason: String,
+}
+
+pub(crate) struct Inner {
+    config: MultipathConfig,
+    me: Weak<Inner>,
+    slots: Vec<PathSlot>,
+    selector: Selector,
+    health: Mutex<PathSet>,
+    lun_id: String,
+    block_size: u32,
+    blocks: u64,
+    /// Wakes requests waiting for an eligible path.
+    path_change: Notify,
+    /// Wakes the health task (a path failed, a ping came back).
+    wake: Notify,
+    refresh_alua: Notify,
+    alua_supported: AtomicBool,
+    closing: AtomicBool,
+    replayed: AtomicU64,
+    fences: AtomicU64,
+}
+
+/// The device. Cheap to share: clone the `Arc` it lives in.
+pub struct Multipath {
+    inner: Arc<Inner>,
+    refused: Vec<RefusedPath>,
+    stop: tokio::sync::watch::Sender<bool>,
+    health_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Multipath {
+    /// Logs in through every portal and builds the device from the paths that agree on the
+    /// LUN. Fails when no path could log in.
+    pub async fn attach(config: MultipathConfig) -> Result<Multipath, Error> {
+        if config.portals.is_empty() {
+            return Err(Error::InvalidRequest("no portal to attach through".into()));
+        }
+        if config.portals.len() > MAX_PATHS {
+            return Err(Error::InvalidRequest(format!(
+                "{} portals; at most {MAX_PATHS} paths per device",
+                config.portals.len()
+            )));
+        }
+        let slots: Vec<PathSlot> = config
+            .portals
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PathSlot::new(PathId(i as u32), p.addr, p.tpgt, p.weight, p.priority))
+            .collect();
+        let logins = futures_util::future::join_all(
+            slots
+                .iter()
+                .map(|s| health::login_path(s.portal, &config.target, &config.login, s.isid)),
+        )
+        .await;
+        // The first path that logged in defines the device; the others must agree with it.
+        let Some(reference) = logins.iter().find_map(|l| l.as_ref().ok()) else {
+            let reasons: Vec<String> = slots
+                .iter()
+                .zip(&logins)
+                .filter_map(|(s, l)| l.as_ref().err().map(|e| format!("{}: {e}", s.portal)))
+                .collect();
+            return Err(Error::NoPathAtAttach(reasons.join("; ")));
+        };
+        let (lun_id, blocks, block_size) = (
+            reference.lun_id.clone(),
+            reference.blocks,
+            reference.block_size,
+        );
+        let mut refused = Vec::new();
+        let mut kept = Vec::new();
+        let mut sessions = Vec::new();
+        for (slot, login) in slots.into_iter().zip(logins) {
+            match login {
+                Ok(l) if l.lun_id != lun_id || l.blocks != blocks || l.block_size != block_size => {
+                    let reason = format!(
+                        "it reports LUN {} ({} blocks of {} bytes), the device is {} ({} x {}); \
+                         mixing two LUNs in one device would corrupt data",
+                        l.lun_id, l.blocks, l.block_size, lun_id, blocks, block_size
+                    );
+                    warn!(portal = %slot.portal, "refusing path: {reason}");
+                    let _ = l.session.logout().await;
+                    refused.push(RefusedPath {
+                        portal: slot.portal,
+                        reason,
+                    });
+                }
+                Ok(l) => {
+                    if let Some(g) = l.port_group {
+                        slot.port_group.store(g, Ordering::Relaxed);
+                    }
+                    sessions.push((kept.len(), Some(l.session)));
+                    kept.push(slot);
+                }
+                Err(e) => {
+                    warn!(portal = %slot.portal, "path not logged in yet: {e}");
+                    sessions.push((kept.len(), None));
+                    kept.push(slot);
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut health = PathSet::with_policy(config.health.clone(), &config.policy);
+        for slot in &mut kept {
+            let id = health.add(slot.portal.to_string(), slot.weight, slot.priority, now);
+            slot.id = id;
+        }
+        for (i, session) in sessions {
+            let Some(slot) = kept.get(i) else { continue };
+            match session {
+                Some(s) => {
+                    slot.install(s);
+                    health.logged_in(slot.id, now);
+                }
+                None => health.login_failed(slot.id, "first login failed".into(), now),
+            }
+        }
+        let inner = Arc::new_cyclic(|me| Inner {
+            selector: Selector::new(config.policy.clone()),
+            config,
+            me: me.clone(),
+            slots: kept,
+            health: Mutex::new(health),
+            lun_id,
+            block_size,
+            blocks,
+            path_change: Notify::new(),
+            wake: Notify::new(),
+            refresh_alua: Notify::new(),
+            alua_supported: AtomicBool::new(true),
+            closing: AtomicBool::new(false),
+            replayed: AtomicU64::new(0),
+            fences: AtomicU64::new(0),
+        });
+        inner.sync_eligibility(&inner.health());
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(health::run(inner.clone(), stop_rx));
+        info!(
+            lun = %inner.lun_id,
+            paths = inner.slots.len(),
+            refused = refused.len(),
+            "multipath device attached"
+        );
+        Ok(Multipath {
+            inner,
+            refused,
+            stop,
+            health_task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// The LUN identifier every path agreed on (`naa.…`).
+    pub fn lun_id(&self) -> &str {
+        &self.inner.lun_id
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.inner.block_size
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.inner
+            .blocks
+            .saturating_mul(u64::from(self.inner.block_size))
+    }
+
+    /// Paths attach refused (another LUN behind the portal).
+    pub fn refused(&self) -> &[RefusedPath] {
+        &self.refused
+    }
+
+    /// Failback for the failover policy with manual failback.
+    pub fn failback_now(&self) {
+        let mut h = self.inner.health();
+        h.failback_now();
+        self.inner.sync_eligibility(&h);
+    }
+
+    fn blocks_of(&self, offset: u64, len: u64) -> Result<(u64, u64), Error> {
+        let bs = u64::from(self.inner.block_size);
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
+            return Err(Error::InvalidRequest(format!(
+                "{len} bytes at {offset} is not aligned to {bs}-byte blocks"
+            )));
+        }
+        let end = offset.checked_add(len).filter(|&e| e <= self.size());
+        if end.is_none() {
+            return Err(Error::InvalidRequest(format!(
+                "{len} bytes at {offset} is beyond the end of the device ({} bytes)",
+                self.size()
+            )));
+        }
+        Ok((offset / bs, len / bs))
+    }
+
+    /// Pieces of one request: split across eligible paths, then cut at MAX_COMMAND_BYTES.
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+        let paths = self
+            .inner
+            .slots
+            .iter()
+            .filter(|s| s.eligible.load(Ordering::Relaxed))
+            .count()
+            .max(1);
+        let bs = u64::from(self.inner.block_size);
+        let split = u64::from(self.inner.config.split_threshold);
+        mpath::split(offset, len, paths, bs, split, (split / 2).max(bs)).flat_map(move |(o, l)| {
+            let n = l.div_ceil(MAX_COMMAND_BYTES).max(1);
+            (0..n).map(move |k| {
+                let start = o + k * MAX_COMMAND_BYTES;
+                (start, (o + l - start).min(MAX_COMMAND_BYTES))
+            })
+        })
+    }
+
+    /// Reads `len` bytes at `offset` (both multiples of the block size).
+    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, Error> {
+        self.blocks_of(offset, u64::from(len))?;
+        let bs = u64::from(self.inner.block_size);
+        let mut pieces = self.pieces(offset, u64::from(len)).peekable();
+        let first = pieces.next();
+        if pieces.peek().is_none() {
+            let (o, l) = first.unwrap_or((offset, u64::from(len)));
+            return self
+                .inner
+                .submit(Op::Read {
+                    lba: o / bs,
+                    blocks: (l / bs) as u32,
+                })
+                .await;
+        }
+        let parts =
+            futures_util::future::try_join_all(first.into_iter().chain(pieces).map(|(o, l)| {
+                self.inner.submit(Op::Read {
+                    lba: o / bs,
+                    blocks: (l / bs) as u32,
+                })
+            }))
+            .await?;
+        let mut out = BytesMut::with_capacity(len as usize);
+        for p in parts {
+            out.extend_from_slice(&p);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Writes `data` at `offset`; with `fua` the target makes it durable before answering.
+    pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), Error> {
+        self.blocks_of(offset, data.len() as u64)?;
+        let bs = u64::from(self.inner.block_size);
+        let pieces: Vec<(u64, u64)> = self.pieces(offset, data.len() as u64).collect();
+        if let [(o, _)] = pieces.as_slice() {
+            return self
+                .inner
+                .submit(Op::Write {
+                    lba: o / bs,
+                    data,
+                    fua,
+                })
+                .await
+                .map(|_| ());
+        }
+        futures_util::future::try_join_all(pieces.iter().map(|&(o, l)| {
+            let at = (o - offset) as usize;
+            self.inner.submit(Op::Write {
+                lba: o / bs,
+                data: data.slice(at..at + l as usize),
+                fua,
+            })
+        }))
+        .await
+        .map(|_| ())
+    }
+
+    /// SYNCHRONIZE CACHE: everything written before is durable once this returns.
+    pub async fn flush(&self) -> Result<(), Error> {
+        self.inner.submit(Op::Flush).await.map(|_| ())
+    }
+
+    /// Deallocates (UNMAP) a block range; reads of it then return zeros or the old data.
+    pub async fn trim(&self, offset: u64, len: u64) -> Result<(), Error> {
+        let (lba, blocks) = self.blocks_of(offset, len)?;
+        for (l, n) in chunks(lba, blocks) {
+            self.inner.submit(Op::Unmap { lba: l, blocks: n }).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes zeros over a block range (WRITE SAME), deallocating when `unmap` allows it.
+    pub async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        unmap: bool,
+        fua: bool,
+    ) -> Result<(), Error> {
+        let (lba, blocks) = self.blocks_of(offset, len)?;
+        for (l, n) in chunks(lba, blocks) {
+            self.inner
+                .submit(Op::Zero {
+                    lba: l,
+                    blocks: n,
+                    unmap,
+                })
+                .await?;
+        }
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for in-flight I/O (up to `drain`), flushes, and logs out of every path.
+    pub async fn detach(&self, drain: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + drain;
+        loop {
+            let busy: u32 = self
+                .inner
+                .slots
+                .iter()
+                .map(|s| s.inflight_cmds.load(Ordering::Relaxed))
+                .sum();
+            if busy == 0 || Instant::now() >= deadline {
+                break;
+            }
+            // Polling a counter, not synchronizing: in-flight commands end on their own.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let flushed = self.flush().await;
+        self.inner.closing.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        let task = self
+            .health_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        for slot in &self.inner.slots {
+            let epoch = slot.epoch.load(Ordering::Acquire);
+            if let Some(s) = slot.take(epoch) {
+                if let Ok(s) = Arc::try_unwrap(s) {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), s.logout()).await;
+                } else {
+                    slot.eligible.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        self.inner.path_change.notify_waiters();
+        info!(lun = %self.inner.lun_id, "multipath device detached");
+        flushed
+    }
+
+    /// Paths, their states and counters, and the device's totals.
+    pub fn status(&self) -> MultipathStatus {
+        status::collect(&self.inner)
+    }
+}
+
+impl Drop for Multipath {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for slot in &self.inner.slots {
+            if let Some((s, _)) = slot.current() {
+                s.kill();
+            }
+        }
+    }
+}
+
+/// Splits a block range into pieces a single UNMAP / WRITE SAME can carry.
+fn chunks(lba: u64, blocks: u64) -> impl Iterator<Item = (u64, u32)> {
+    const MAX: u64 = 1 << 22;
+    let n = blocks.div_ceil(MAX);
+    (0..n).map(move |k| {
+        let start = lba + k * MAX;
+        (start, (lba + blocks - start).min(MAX) as u32)
+    })
+}

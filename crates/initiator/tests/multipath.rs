@@ -1,0 +1,292 @@
+//! The multipath device against an in-process `lanes serve` with two portals, each reached
+//! through a relay that can black-hole it: identical LUN identifiers are required, I/O spreads
+//! over both paths, and a black-holed path fails over with no error and no stale write.
+
+mod support;
+
+use bytes::Bytes;
+use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
+use lanes_initiator::{LoginOptions, Multipath};
+use lanes_target::config::ServeConfig;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::proxy::Proxy;
+
+const TARGET: &str = "iqn.2026-01.test.lanes:mp";
+const INITIATOR: &str = "iqn.2026-01.test.lanes:mp-host";
+const BS: usize = 512;
+
+struct Server {
+    handle: Option<lanes_target::ServerHandle>,
+    _dir: tempfile::TempDir,
+    portals: Vec<SocketAddr>,
+}
+
+async fn serve(serial: &str, size: &str) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = format!(
+        r#"
+[server]
+data-dir = "{d}/data"
+
+[[portal-group]]
+tag = 1
+portals = ["127.0.0.1:0", "127.0.0.2:0"]
+
+[[target]]
+name = "{TARGET}"
+
+[[target.lun]]
+path = "{d}/disk0.img"
+size = "{size}"
+serial = "{serial}"
+"#,
+        d = dir.path().display()
+    );
+    let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
+        .unwrap_or_else(|e| panic!("config: {e}"));
+    let handle = lanes_target::start(config).await.expect("start target");
+    let portals = handle.info.portals.iter().map(|p| p.1).collect();
+    Server {
+        handle: Some(handle),
+        _dir: dir,
+        portals,
+    }
+}
+
+impl Server {
+    async fn stop(mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(20), h.stop()).await;
+        }
+    }
+}
+
+fn config(portals: &[SocketAddr]) -> MultipathConfig {
+    let portals = portals
+        .iter()
+        .map(|&addr| PortalConfig {
+            addr,
+            tpgt: 1,
+            weight: 1,
+            priority: 0,
+        })
+        .collect();
+    let mut c = MultipathConfig::new(TARGET, portals, LoginOptions::new(INITIATOR));
+    c.no_path_timeout = Duration::from_secs(20);
+    c
+}
+
+/// The content of version `v` of block `b`: every byte derived from both.
+fn block(b: u64, v: u64) -> Vec<u8> {
+    let mut out = vec![0u8; BS];
+    for (i, chunk) in out.chunks_mut(16).enumerate() {
+        chunk[..8].copy_from_slice(&b.to_le_bytes());
+        chunk[8..].copy_from_slice(&(v ^ (i as u64) << 48).to_le_bytes());
+    }
+    out
+}
+
+async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        // Polling a status snapshot; the condition is checked, not assumed after a delay.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn active_paths(mp: &Multipath) -> usize {
+    mp.status().paths.iter().filter(|p| p.eligible).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn both_paths_carry_io_and_large_reads_are_split() {
+    let server = serve("mp-a", "64M").await;
+    let mp = Multipath::attach(config(&server.portals))
+        .await
+        .expect("attach");
+    assert!(mp.lun_id().starts_with("naa."), "{}", mp.lun_id());
+    assert_eq!(mp.size(), 64 << 20);
+    wait_until("both paths active", Duration::from_secs(5), || {
+        active_paths(&mp) == 2
+    })
+    .await;
+    let data = Bytes::from(
+        (0..(1usize << 20))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    mp.write(1 << 20, data.clone(), false)
+        .await
+        .expect("write 1 MiB");
+    let back = mp.read(1 << 20, 1 << 20).await.expect("read 1 MiB");
+    assert_eq!(back, data);
+    let st = mp.status();
+    assert!(
+        st.paths.iter().all(|p| p.completed > 0),
+        "a 1 MiB request must be split over both paths: {:?}",
+        st.paths.iter().map(|p| p.completed).collect::<Vec<_>>()
+    );
+    let e = mp.read(100, 512).await.expect_err("unaligned read");
+    assert!(e.to_string().contains("aligned"), "{e}");
+    let e = mp.read(64 << 20, 512).await.expect_err("read past the end");
+    assert!(e.to_string().contains("beyond"), "{e}");
+    mp.flush().await.expect("flush");
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_path_to_another_lun_is_refused() {
+    let a = serve("lun-a", "64M").await;
+    let b = serve("lun-b", "64M").await;
+    let mp = Multipath::attach(config(&[a.portals[0], b.portals[0]]))
+        .await
+        .expect("attach");
+    assert_eq!(mp.refused().len(), 1);
+    assert_eq!(mp.refused()[0].portal, b.portals[0]);
+    assert!(
+        mp.refused()[0].reason.contains("corrupt"),
+        "{}",
+        mp.refused()[0].reason
+    );
+    assert_eq!(mp.status().paths.len(), 1);
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blackholed_path_fails_over_without_errors_or_stale_writes() {
+    let server = serve("mp-fail", "64M").await;
+    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
+    let p2 = Proxy::start("127.0.0.1:0", server.portals[1]).await;
+    let mp = Arc::new(
+        Multipath::attach(config(&[p1.addr, p2.addr]))
+            .await
+            .expect("attach"),
+    );
+    wait_until("both paths active", Duration::from_secs(5), || {
+        active_paths(&mp) == 2
+    })
+    .await;
+
+    // 16 writers, each owning its own blocks and writing them at queue depth 1: the last
+    // acknowledged version of a block is exactly what must be read back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let oracle: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
+    let errors = Arc::new(AtomicU64::new(0));
+    let worst = Arc::new(Mutex::new(Duration::ZERO));
+    let mut workers = Vec::new();
+    for w in 0..16u64 {
+        let (mp, stop, oracle, errors, worst) = (
+            mp.clone(),
+            stop.clone(),
+            oracle.clone(),
+            errors.clone(),
+            worst.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut v = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                v += 1;
+                let b = w * 64 + (v * 13 % 64);
+                let start = Instant::now();
+                let r = if v.is_multiple_of(4) {
+                    mp.read(b * BS as u64, BS as u32).await.map(|_| ())
+                } else {
+                    mp.write(b * BS as u64, Bytes::from(block(b, v)), false)
+                        .await
+                };
+                let took = start.elapsed();
+                {
+                    let mut m = worst.lock().unwrap();
+                    *m = (*m).max(took);
+                }
+                match r {
+                    Ok(()) if !v.is_multiple_of(4) => {
+                        oracle.lock().unwrap().insert(b, v);
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        eprintln!("worker {w}: {e}");
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    let completed = || -> u64 { mp.status().paths.iter().map(|p| p.completed).sum() };
+    let before = completed();
+    wait_until("load running", Duration::from_secs(5), || {
+        completed() > before + 500
+    })
+    .await;
+
+    p1.blackhole();
+    let failed_at = Instant::now();
+    wait_until("path 0 declared failed", Duration::from_secs(5), || {
+        mp.status().paths[0].state.starts_with("failed")
+    })
+    .await;
+    let detection = failed_at.elapsed();
+    wait_until("the failed path fenced", Duration::from_secs(10), || {
+        mp.status().fences >= 1
+    })
+    .await;
+    let after_fail = completed();
+    wait_until("I/O continues on path 1", Duration::from_secs(5), || {
+        completed() > after_fail + 500
+    })
+    .await;
+
+    // Heal the path: whatever the initiator sent into the black hole now reaches the target.
+    // The fence ended that session, so none of it may execute.
+    p1.restore().await;
+    wait_until("path 0 back in use", Duration::from_secs(10), || {
+        let st = mp.status();
+        st.paths[0].eligible && st.paths[0].completed > 0
+    })
+    .await;
+    let back = mp.status().paths[0].completed;
+    wait_until("path 0 carries I/O again", Duration::from_secs(10), || {
+        mp.status().paths[0].completed > back + 200
+    })
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "application-visible errors"
+    );
+    let status = mp.status();
+    eprintln!(
+        "detection {detection:?}, worst request {:?}, replayed {}, fences {}",
+        worst.lock().unwrap(),
+        status.replayed,
+        status.fences
+    );
+    // The oracle: every block holds the last acknowledged version, through either path.
+    let oracle = oracle.lock().unwrap().clone();
+    assert!(oracle.len() > 100);
+    for (&b, &v) in &oracle {
+        let got = mp
+            .read(b * BS as u64, BS as u32)
+            .await
+            .expect("verify read");
+        assert!(
+            got.as_ref() == block(b, v).as_slice(),
+            "block {b}: expected version {v}, found another (stale or lost write)"
+        );
+    }
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    server.stop().await;
+}

@@ -1,0 +1,2 @@
+//! Test helpers shared by the initiator's integration tests.
+pub mod proxy;
