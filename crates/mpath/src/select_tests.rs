@@ -432,3 +432,23 @@ proptest! {
         prop_assert!(sent[1] > sent[0], "{:?}", sent);
     }
 }
+
+#[test]
+fn concurrent_callers_share_the_turns_exactly() {
+    let s = Selector::new(Policy::RoundRobin);
+    let paths = [path(), path(), path(), path()];
+    let per_thread = 10_000;
+    let totals = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| counts(&s, &paths, per_thread)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold(vec![0; 4], |mut acc, c| {
+                acc.iter_mut().zip(c).for_each(|(a, c)| *a += c);
+                acc
+            })
+    });
+    assert_eq!(totals, [per_thread; 4]);
+}

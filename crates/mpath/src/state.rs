@@ -1,34 +1,43 @@
 //! The life cycle of one path ([`PathState`]), driven by [`PathSet`](crate::PathSet).
 //!
 //! ```text
-//!              add()
-//!                |
-//!                v
-//!         +------------+   login_failed                   +----------+
-//!         | Connecting |--------------------------------->|  Failed  |<-----------+
-//!         +------------+                                  +----------+            |
-//!                |                                         |  ^   |  Reconnect    |
-//!                | logged_in (first login)       logged_in |  |   +-> every       |
-//!                |                                         v  |       reconnect_  |
-//!                |                                  +-----------+     interval    |
-//!                |                                  |  Probing  |                 |
-//!                |                                  +-----------+                 |
-//!                |      probe_successes answered pings |    ^                     |
-//!                |      (failover: + failback gate)    |    | demote_for elapsed  |
-//!                v                                     v    |                     |
-//!         +--------------------------------------------+  +-----------+           |
-//!         |                   Active                   |->|  Demoted  |           |
-//!         +--------------------------------------------+  +-----------+           |
-//!              slow p50 for 2 samples, or errors >= threshold  (not the last usable path)
+//!     add()
+//!       |
+//!       v
+//!  +------------+  login_failed    +----------+   Reconnect every reconnect_interval;
+//!  | Connecting |----------------->|  Failed  |   a failed re-login stays Failed
+//!  +------------+                  +----------+
+//!       |                            |      ^
+//!       | logged_in       logged_in  |      |  ping_misses pings unanswered, command_timeout
+//!       | (first login)              v      |  or connection_lost, from Probing, Active or
+//!       |                      +-----------+  Demoted; emits Event::Fail
+//!       |                      |  Probing  |<-------------------+
+//!       |                      +-----------+                    |
+//!       |   probe_successes pings  |                            | demote_for elapsed
+//!       |   answered (failover:    |                            |
+//!       |   and the failback gate) |                      +-----------+
+//!       v                          v                      |  Demoted  |
+//!  +--------------------------------------+               +-----------+
+//!  |                Active                |---------------------^
+//!  +--------------------------------------+   p50 slow in 2 samples in a row, or
+//!                                             errors >= error_threshold in one;
+//!                                             never the last usable path
 //!
-//!   Probing, Active, Demoted --- ping_misses pings unanswered, command_timeout exceeded,
-//!                                connection_lost ----------------------------> Failed (+ Fail)
-//!   Probing, Demoted --- no Active path usable any more -------------------> Active
-//!   any --- remove() ---> Removed
+//!  Probing, Demoted ---- no path usable any more ----> Active   ("no other path usable")
+//!  any ---- remove() ----> Removed
 //! ```
 //!
 //! Only `Active` paths carry I/O. `Probing` and `Demoted` paths are logged in and pinged but get
 //! no new commands; `Failed` paths have no connection and are re-logged-in on `Reconnect`.
+//!
+//! The first login goes straight to `Active`: it proved the path, and the device should be usable
+//! at once. A re-login goes through `Probing`, because a path that just failed should show it
+//! stays up before taking I/O again. Under the failover policy with failback `manual` or a delay,
+//! a recovered path that would take over from the current one stays in `Probing` after its probe
+//! until the gate opens, or until the current path stops carrying I/O.
+//!
+//! Every transition emits exactly one `Event::StateChanged` and is recorded in the path's
+//! history with its time and reason; an ALUA tier change does the same within its state.
 
 use std::time::Instant;
 
