@@ -35,6 +35,9 @@ impl Selector {
     /// eligible. Only eligible paths of the best (lowest) tier present are candidates: ALUA
     /// optimized paths first, non-optimized only when no optimized path is eligible, tiers of
     /// [`TIER_NO_IO`](crate::TIER_NO_IO) and above never.
+    ///
+    /// Give the paths in `PathId` order: failover breaks priority ties by the lowest index, and
+    /// [`PathSet`](crate::PathSet)'s failback gate assumes the same order.
     pub fn select(&self, paths: &[PathView], bytes: u32) -> Option<usize> {
         let tier = paths.iter().filter(|p| p.usable()).map(|p| p.tier).min()?;
         let candidate = |p: &PathView| p.usable() && p.tier == tier;
