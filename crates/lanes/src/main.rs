@@ -1,5 +1,6 @@
 //! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
 
+mod attach;
 mod banner;
 mod bench;
 mod lab;
@@ -35,6 +36,8 @@ enum Command {
     Alua(status::AluaArgs),
     /// Emulated NICs in network namespaces: shaped links, LACP, link and node faults.
     Lab(lab::LabArgs),
+    /// Attach a LUN over every path as one multipath device (NBD and/or FUSE export).
+    Attach(attach::AttachArgs),
     /// Benchmark an iSCSI target with the seeds' patterns (IOPS, MB/s, latency).
     Bench(bench::BenchArgs),
 }
@@ -79,6 +82,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Alua(args) => status::alua(args).await,
             Command::Lab(args) => lab::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Attach(args) => attach::run(args).await,
         }
     })
 }

@@ -1,5 +1,6 @@
 //! `lanes status`: asks a running `lanes serve` for its sessions over the status socket and
-//! prints them as tables, like a NAS's `cifs session show` / `cifs connection show`.
+//! prints them as tables, like a NAS's `cifs session show` / `cifs connection show`; asked on
+//! a `lanes attach` socket, it prints the device's paths instead.
 //!
 //! Protocol: one JSON line `{"cmd":"status"}` out, one JSON document back, expected shaped as
 //! `{"sessions":[{"id", "initiator", "isid", "tsih", "target", "connections":[{"cid",
@@ -123,8 +124,90 @@ fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The two tables: sessions, then connections.
+/// An attached multipath device: the device line, then one row per path and its recent
+/// state changes.
+fn render_device(value: &Value) -> String {
+    let empty = Vec::new();
+    let dev = value.get("device").cloned().unwrap_or(Value::Null);
+    let paths = value
+        .get("paths")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let mut out = format!(
+        "Device {} ({} bytes, {}-byte blocks) on {}\npolicy {}, replayed {}, fenced {}\n\nPaths ({})\n",
+        field(&dev, "lun_id"),
+        field(&dev, "size"),
+        field(&dev, "block_size"),
+        field(&dev, "target"),
+        field(&dev, "policy"),
+        field(&dev, "replayed"),
+        field(&dev, "fences"),
+        paths.len()
+    );
+    let rows: Vec<Vec<String>> = paths
+        .iter()
+        .map(|p| {
+            vec![
+                field(p, "path"),
+                field(p, "portal"),
+                field(p, "state"),
+                field(p, "alua"),
+                field(p, "in_use"),
+                field(p, "inflight"),
+                field(p, "iops"),
+                field(p, "mb_per_s"),
+                field(p, "p50_us"),
+                field(p, "p99_us"),
+                field(p, "errors"),
+            ]
+        })
+        .collect();
+    out += &table(
+        &[
+            "PATH", "PORTAL", "STATE", "ALUA", "IN USE", "INFLIGHT", "IOPS", "MB/S", "P50 US",
+            "P99 US", "ERRORS",
+        ],
+        &rows,
+    );
+    let mut changes = Vec::new();
+    for p in paths {
+        for c in p.get("changes").and_then(Value::as_array).unwrap_or(&empty) {
+            let at = c.get("at").and_then(Value::as_f64).unwrap_or(0.0);
+            changes.push((at, field(p, "path"), field(c, "to"), field(c, "reason")));
+        }
+    }
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if !changes.is_empty() {
+        out += "\nRecent state changes\n";
+        let skip = changes.len().saturating_sub(10);
+        let rows: Vec<Vec<String>> = changes
+            .into_iter()
+            .skip(skip)
+            .map(|(at, path, to, reason)| vec![format_time(at), path, to, reason])
+            .collect();
+        out += &table(&["TIME (UTC)", "PATH", "TO", "REASON"], &rows);
+    }
+    out
+}
+
+/// Seconds since the epoch as `HH:MM:SS.mmm` UTC.
+fn format_time(at: f64) -> String {
+    let ms = (at * 1000.0) as u64;
+    let day = ms % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3_600_000,
+        day / 60_000 % 60,
+        day / 1000 % 60,
+        day % 1000
+    )
+}
+
+/// The two tables: sessions, then connections (or the paths of an attached device).
 pub fn render(value: &Value) -> String {
+    if value.get("paths").is_some() {
+        return render_device(value);
+    }
     let empty = Vec::new();
     let sessions = value
         .get("sessions")
@@ -208,6 +291,28 @@ mod tests {
         assert!(
             second.contains("198.51.100.10:3260") && second.contains(" - "),
             "{second}"
+        );
+    }
+
+    #[test]
+    fn renders_an_attached_device() {
+        let reply = serde_json::json!({
+            "device": {"lun_id": "naa.6001", "size": 1024, "block_size": 512,
+                       "target": "iqn.t", "policy": "service-time", "replayed": 3, "fences": 1},
+            "paths": [
+                {"path": "path0", "portal": "10.1.0.2:3260", "state": "failed", "alua": "active/optimized",
+                 "in_use": false, "inflight": 0, "iops": 0, "mb_per_s": 0.0, "p50_us": 0, "p99_us": 0,
+                 "errors": 2, "changes": [{"at": 3661.5, "to": "failed", "reason": "3 pings unanswered"}]},
+                {"path": "path1", "portal": "10.2.0.2:3260", "state": "active", "in_use": true}
+            ]
+        });
+        let text = render(&reply);
+        assert!(text.starts_with("Device naa.6001"), "{text}");
+        assert!(text.contains("replayed 3, fenced 1"));
+        assert!(text.contains("Paths (2)"));
+        assert!(
+            text.contains("01:01:01.500  path0  failed  3 pings unanswered"),
+            "{text}"
         );
     }
 
