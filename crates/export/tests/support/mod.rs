@@ -3,12 +3,13 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod devices;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use lanes_export::{ExportError, MemoryDevice, NbdListen, NbdOptions, NbdServer};
+use lanes_export::{Device, ExportError, MemoryDevice, NbdListen, NbdOptions, NbdServer};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
@@ -43,10 +44,10 @@ pub fn run(cmd: &mut Command) -> String {
     stdout
 }
 
-/// A served [`MemoryDevice`]; dropping it shuts the server down.
-pub struct Served {
+/// A served device; dropping it shuts the server down.
+pub struct Served<D: Device = MemoryDevice> {
     pub runtime: Runtime,
-    pub dev: Arc<MemoryDevice>,
+    pub dev: Arc<D>,
     pub addr: String,
     pub dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
@@ -60,10 +61,12 @@ pub enum On {
 
 impl Served {
     pub fn new(dev: MemoryDevice, on: On) -> Served {
-        Served::with_options(dev, on, NbdOptions::default())
+        Served::with_options(Arc::new(dev), on, NbdOptions::default())
     }
+}
 
-    pub fn with_options(dev: MemoryDevice, on: On, options: NbdOptions) -> Served {
+impl<D: Device> Served<D> {
+    pub fn with_options(dev: Arc<D>, on: On, options: NbdOptions) -> Served<D> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -78,7 +81,6 @@ impl Served {
             .block_on(NbdServer::bind_with(&listen, EXPORT, options))
             .unwrap();
         let addr = server.local_addr();
-        let dev = Arc::new(dev);
         let (tx, rx) = oneshot::channel::<()>();
         let task = runtime.spawn(server.serve(Arc::clone(&dev), async move {
             rx.await.ok();
@@ -117,7 +119,7 @@ impl Served {
     }
 }
 
-impl Drop for Served {
+impl<D: Device> Drop for Served<D> {
     fn drop(&mut self) {
         let _ = self.stop();
     }
