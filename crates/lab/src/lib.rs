@@ -19,7 +19,8 @@
 //!   bridge `brI` in `sw` (one switch per fabric, as in a dual-fabric SAN).
 //! - `mesh`: every host and storage NIC on one bridge `br0` in `sw`, one subnet `10.77.0.0/24`
 //!   (host NIC i `.1I`, node1 NIC i `.10I`, node2 NIC i `.20I`, see [`plan::Plan`]). Paths cross and
-//!   contend. Each NIC gets a source-address routing table (`from ADDR lookup 100+I`) and
+//!   contend. Only a mesh may give the storage nodes another NIC count than the host
+//!   (`--nics 4 --storage-nics 2`). Each NIC gets a source-address routing table (`from ADDR lookup 100+I`) and
 //!   `arp_ignore=1`/`arp_announce=2`, the usual setup for several NICs in one subnet, so a
 //!   connection bound to a NIC's address leaves through that NIC.
 //! - `lacp`: N member links (`10.77.I.0/24`) between host and node1 bundled into one aggregate:
@@ -46,8 +47,9 @@
 //!   Packets vanish: no RST, no ICMP (forwarding is off in the lab, so the kernel stays silent).
 //! - `loss=P%`: an nftables table per fault with `numgen random mod 100 < P drop` on ingress;
 //!   this needs the `nft` tool (Debian package `nftables`).
-//! - `delay=D`: a `netem` child under each affected `tbf`; kernels without netem (this one)
-//!   get a clear error instead.
+//! - `delay=D` (or `delay=D/J` with jitter): every IP packet arriving on the affected NICs
+//!   is redirected by tc to a TUN device, held by a relay process for D and handed back, in
+//!   order, with a bounded queue; no netem needed (see [`delay`]).
 //!
 //! # State
 //!
@@ -55,12 +57,16 @@
 //! with the same name is refused), and `fail` records how to undo each fault there, so
 //! `down`, `fail`, `restore` and `exec` work from any process.
 
+pub mod delay;
+pub mod delay_line;
 pub mod fault;
 pub mod options;
 pub mod plan;
+pub mod relay;
 pub mod run;
 
 pub use fault::{FaultMode, FaultTarget};
 pub use options::{Options, Rate, Topology};
 pub use plan::{Cmd, Plan};
+pub use relay::RelayCommand;
 pub use run::{down, exec_command, fail, list, restore, state, up, Down, LabError, State};

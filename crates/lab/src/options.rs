@@ -113,7 +113,13 @@ impl fmt::Display for Rate {
 pub struct Options {
     pub name: String,
     pub topology: Topology,
+    /// NICs of the host.
     pub nics: usize,
+    /// NICs of each storage node: the same as `nics` except in a mesh, where a host with 4
+    /// NICs may talk to storage nodes with 2. (Absent in state files of older labs: 0, which
+    /// [`Options::storage_nic_count`] reads as `nics`.)
+    #[serde(default)]
+    pub storage_nics: usize,
     pub rate: Rate,
     pub storage_nodes: usize,
     pub mtu: u32,
@@ -132,6 +138,20 @@ impl Options {
                 self.storage_nodes
             ));
         }
+        let storage_nics = self.storage_nic_count();
+        if !(1..=MAX_NICS).contains(&storage_nics) {
+            return Err(format!(
+                "--storage-nics {storage_nics} is outside 1..={MAX_NICS}"
+            ));
+        }
+        if storage_nics != self.nics && self.topology != Topology::Mesh {
+            return Err(format!(
+                "--storage-nics {storage_nics} differs from --nics {}: only a mesh can join \
+                 unequal NIC counts (in {} each host NIC is wired to one storage NIC); use \
+                 --topology mesh or the same count",
+                self.nics, self.topology
+            ));
+        }
         if self.mtu != 1500 && self.mtu != 9000 {
             return Err(format!("--mtu {} must be 1500 or 9000", self.mtu));
         }
@@ -143,6 +163,15 @@ impl Options {
             );
         }
         Ok(())
+    }
+
+    /// NICs of each storage node.
+    pub fn storage_nic_count(&self) -> usize {
+        if self.storage_nics == 0 {
+            self.nics
+        } else {
+            self.storage_nics
+        }
     }
 
     /// Short names of the storage nodes: `node1`, `node2`.
@@ -200,15 +229,31 @@ mod tests {
             name: "lab-1".into(),
             topology: Topology::Lacp,
             nics: 2,
+            storage_nics: 2,
             rate: "1gbit".parse().unwrap(),
             storage_nodes: 1,
             mtu: 1500,
         };
         assert!(options.validate().is_ok());
+        options.storage_nics = 1;
+        let err = options.validate().unwrap_err();
+        assert!(err.contains("only a mesh"), "{err}");
+        options.storage_nics = 2;
         options.storage_nodes = 2;
         assert!(options.validate().unwrap_err().contains("lacp"));
         options.topology = Topology::Mesh;
         assert!(options.validate().is_ok());
+        options.nics = 4;
+        assert!(options.validate().is_ok(), "a 4x2 mesh");
+        options.storage_nics = 9;
+        assert!(options.validate().is_err());
+        options.storage_nics = 0;
+        assert_eq!(
+            options.storage_nic_count(),
+            4,
+            "older state files: as many as the host"
+        );
+        options.storage_nics = 2;
         options.nics = 9;
         assert!(options.validate().is_err());
         options.nics = 2;

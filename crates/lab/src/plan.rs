@@ -164,9 +164,15 @@ impl Plan {
             }
         }
 
-        // NICs and their addresses.
-        for i in 1..=options.nics {
+        // NICs and their addresses (in a mesh the storage nodes may have fewer or more NICs
+        // than the host).
+        let storage_nics = options.storage_nic_count();
+        for i in 1..=options.nics.max(storage_nics) {
             for (k, ns) in endpoints.iter().enumerate() {
+                let count = if k == 0 { options.nics } else { storage_nics };
+                if i > count {
+                    continue;
+                }
                 let (address, prefix) = match options.topology {
                     // host .1, node1 .2, node2 .3 on 10.77.i.0/24
                     Topology::Pathing | Topology::Lacp => {
@@ -402,19 +408,30 @@ impl Plan {
         use fmt::Write as _;
         let o = &self.options;
         let mut out = String::new();
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let storage_nics = o.storage_nic_count();
+        let nics = if storage_nics == o.nics {
+            format!("{} NIC{} per namespace", o.nics, plural(o.nics))
+        } else {
+            format!(
+                "{} host NIC{} and {storage_nics} per storage node",
+                o.nics,
+                plural(o.nics)
+            )
+        };
         let _ = writeln!(
             out,
-            "lab {} is up: {}, {} NIC{} per namespace at {}, {} storage node{}, MTU {}",
+            "lab {} is up: {}, {nics} at {}, {} storage node{}, MTU {}",
             o.name,
             o.topology,
-            o.nics,
-            if o.nics == 1 { "" } else { "s" },
             o.rate,
             o.storage_nodes,
-            if o.storage_nodes == 1 { "" } else { "s" },
+            plural(o.storage_nodes),
             o.mtu
         );
-        for i in 1..=o.nics {
+        // One line per NIC index, every NIC with that index on it (`link3: host ADDR` alone
+        // when the storage nodes have fewer NICs).
+        for i in 1..=o.nics.max(storage_nics) {
             let ends: Vec<String> = self
                 .nics
                 .iter()

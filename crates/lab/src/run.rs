@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fault::{self, FaultMode, FaultTarget};
+use crate::fault::{self, FaultActions, FaultMode, FaultTarget};
 use crate::options::{validate_name, Options};
 use crate::plan::{real_namespace, Cmd, Plan};
+use crate::relay::{self, RelayCommand};
 
 /// Where lab state files live.
 pub const STATE_DIR: &str = "/run/lanes-lab";
@@ -75,6 +76,17 @@ pub struct ActiveFault {
     pub target: String,
     pub mode: String,
     pub undo: Vec<Cmd>,
+    /// Relay processes of a delay, stopped after `undo` has run.
+    #[serde(default)]
+    pub relays: Vec<RelayProcess>,
+}
+
+/// A running delay relay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayProcess {
+    /// Short name of its namespace.
+    pub namespace: String,
+    pub pid: u32,
 }
 
 /// What is recorded in `/run/lanes-lab/NAME.json`.
@@ -329,6 +341,12 @@ pub fn down(name: &str) -> Result<Down, LabError> {
     if recorded.is_none() && ours.is_empty() && !path.exists() {
         return Err(LabError::NotUp(name.to_string()));
     }
+    // Relays die with their namespaces too; stopping them by pid first is just quicker.
+    for active in recorded.iter().flat_map(|s| &s.faults) {
+        for process in &active.relays {
+            relay::stop(process.pid, name);
+        }
+    }
     remove_namespaces(&ours)?;
     match fs::remove_file(&path) {
         Ok(()) => {}
@@ -338,8 +356,9 @@ pub fn down(name: &str) -> Result<Down, LabError> {
     Ok(Down { namespaces: ours })
 }
 
-/// Injects a fault; it stays until `restore`.
-pub fn fail(name: &str, target: &str, mode: &str) -> Result<(), LabError> {
+/// Injects a fault; it stays until `restore`. A delay starts relay processes with `relay`
+/// (see [`crate::delay`]); other modes do not use it.
+pub fn fail(name: &str, target: &str, mode: &str, relay: &RelayCommand) -> Result<(), LabError> {
     let mut state = state(name)?;
     let target: FaultTarget = target.parse().map_err(LabError::Invalid)?;
     let mode: FaultMode = mode.parse().map_err(LabError::Invalid)?;
@@ -350,28 +369,84 @@ pub fn fail(name: &str, target: &str, mode: &str) -> Result<(), LabError> {
             active.mode
         )));
     }
+    refuse_shared_nics(&state, target, mode)?;
     let actions = fault::actions(&state.plan, target, mode).map_err(LabError::Invalid)?;
-    for cmd in &actions.apply {
-        if let Err(e) = run_cmd(cmd) {
-            for undo in &actions.undo {
-                let _ = run_cmd(undo);
-            }
-            return Err(explain_fault_error(mode, e));
+    let mut relays = Vec::new();
+    if let Err(e) = apply(name, &actions, relay, &mut relays) {
+        for undo in &actions.undo {
+            let _ = run_cmd(undo);
         }
+        for process in &relays {
+            relay::stop(process.pid, name);
+        }
+        return Err(explain_fault_error(mode, e));
     }
     state.faults.push(ActiveFault {
         target: target.to_string(),
         mode: mode.to_string(),
         undo: actions.undo,
+        relays,
     });
     save(&state)
+}
+
+/// Starts a fault's relays (recording each in `relays` as it comes up), then runs its commands.
+fn apply(
+    name: &str,
+    actions: &FaultActions,
+    relay: &RelayCommand,
+    relays: &mut Vec<RelayProcess>,
+) -> Result<(), LabError> {
+    for spec in &actions.relays {
+        let real = real_namespace(name, &spec.namespace);
+        let pid = relay::spawn(relay, &real, &spec.args)?;
+        relays.push(RelayProcess {
+            namespace: spec.namespace.clone(),
+            pid,
+        });
+    }
+    actions
+        .apply
+        .iter()
+        .try_for_each(|cmd| run_cmd(cmd).map(drop))
+}
+
+/// A delay moves its NICs' packets onto TUN devices, where another fault's `iif` rules or
+/// ingress qdisc would miss them or collide: a delay shares no NIC with another fault.
+fn refuse_shared_nics(state: &State, target: FaultTarget, mode: FaultMode) -> Result<(), LabError> {
+    let plan = &state.plan;
+    let ours = fault::touched(plan, target, mode).map_err(LabError::Invalid)?;
+    for active in &state.faults {
+        let (Ok(their_target), Ok(their_mode)) = (
+            active.target.parse::<FaultTarget>(),
+            active.mode.parse::<FaultMode>(),
+        ) else {
+            continue;
+        };
+        let delay = |m: FaultMode| matches!(m, FaultMode::Delay { .. });
+        if !delay(mode) && !delay(their_mode) {
+            continue;
+        }
+        let theirs = fault::touched(plan, their_target, their_mode).unwrap_or_default();
+        if let Some((ns, device)) = ours.iter().find(|nic| theirs.contains(nic)) {
+            let name = &plan.options.name;
+            return Err(LabError::Invalid(format!(
+                "{target} ({mode}) would share {device} of {ns} with the fault on \
+                 {their_target} ({their_mode}), and a delay cannot share a NIC with another \
+                 fault; restore it first with `lanes lab restore {name} {their_target}`"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Missing kernel features and tools get an error that says what is missing.
 fn explain_fault_error(mode: FaultMode, error: LabError) -> LabError {
     match (&mode, &error) {
         (FaultMode::Delay { .. }, LabError::Command { .. }) => LabError::Invalid(format!(
-            "{mode} needs netem, which this kernel lacks (CONFIG_NET_SCH_NETEM): {error}"
+            "{mode} needs TUN devices and tc's ingress qdisc, u32 filter and mirred action \
+             (CONFIG_TUN, CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_U32, CONFIG_NET_ACT_MIRRED): \
+             {error}"
         )),
         (FaultMode::Loss { .. }, LabError::Command { stderr, .. })
             if stderr.contains("nft") && stderr.contains("No such file") =>
@@ -410,6 +485,19 @@ pub fn restore(name: &str, target: &str) -> Result<Vec<String>, LabError> {
             if let Err(e) = run_cmd(cmd) {
                 errors.push(e.to_string());
             }
+        }
+        if let Ok(FaultMode::Delay {
+            micros,
+            jitter_micros,
+        }) = active.mode.parse()
+        {
+            // With the redirects gone no new packet reaches the relays; the ones they hold
+            // leave within D + J. Stopping the relays earlier would drop them, a loss the
+            // restore itself would have caused.
+            std::thread::sleep(Duration::from_micros(micros + jitter_micros + 5_000));
+        }
+        for process in &active.relays {
+            relay::stop(process.pid, name);
         }
     }
     state.faults.retain(|f| !wanted.contains(f));

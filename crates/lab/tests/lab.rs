@@ -1,13 +1,15 @@
 //! Lab tests in real network namespaces: shaped goodput with iperf3, LACP hashing, a blackhole
-//! without resets, and a `down` that leaves nothing behind. They need root and iperf3 and are
-//! skipped (with a message) without them. Every lab has a unique name and is removed by a guard,
-//! even when an assertion fails.
+//! without resets, loss, the userspace delay, a 4x2 mesh, and a `down` that leaves nothing
+//! behind. They need root, ip, tc and iperf3, and fail (with a message) without them. Every lab
+//! has a unique name and is removed by a guard, even when an assertion fails.
 
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd as _;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use lanes_lab::{Options, Topology};
+use lanes_lab::{Options, RelayCommand, Topology};
 use serde_json::Value;
 
 const GBIT: f64 = 1e9;
@@ -35,6 +37,15 @@ fn require_lab() {
     );
 }
 
+/// The delay relay, as this crate builds it for its tests (`lanes lab relay` in the binary).
+fn relay() -> RelayCommand {
+    RelayCommand(vec![env!("CARGO_BIN_EXE_lanes-lab-relay").to_string()])
+}
+
+fn fail(lab: &str, target: &str, mode: &str) -> Result<(), lanes_lab::LabError> {
+    lanes_lab::fail(lab, target, mode, &relay())
+}
+
 /// A lab that is removed when the test ends, however it ends.
 struct Lab {
     name: String,
@@ -42,19 +53,61 @@ struct Lab {
 
 impl Lab {
     fn up(tag: &str, topology: Topology, nics: usize) -> Self {
+        Self::up_with(tag, topology, nics, nics, 1)
+    }
+
+    fn up_with(
+        tag: &str,
+        topology: Topology,
+        nics: usize,
+        storage_nics: usize,
+        storage_nodes: usize,
+    ) -> Self {
         let name = format!("t{}-{tag}", std::process::id());
         let options = Options {
             name: name.clone(),
             topology,
             nics,
+            storage_nics,
             rate: "1gbit".parse().unwrap(),
-            storage_nodes: 1,
+            storage_nodes,
             mtu: 1500,
         };
         // Clear a leftover of an earlier run that died with this pid.
         let _ = lanes_lab::down(&name);
         lanes_lab::up(&options, &AtomicBool::new(false)).expect("lab up");
         Self { name }
+    }
+
+    /// Round-trip times from NAMESPACE to ADDRESS: each a TCP connect to a closed port, which
+    /// the peer refuses with a reset, so it takes exactly one round trip (SYN out, RST back).
+    /// Measured from a thread that joins the namespace, so no process start-up is counted.
+    fn round_trips(&self, namespace: &str, address: &str, count: usize) -> Vec<Duration> {
+        let path = format!("/run/netns/lanes-{}-{namespace}", self.name);
+        let address: SocketAddr = format!("{address}:9").parse().unwrap();
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).unwrap();
+            rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            (0..count)
+                .map(|_| {
+                    let start = Instant::now();
+                    let err = TcpStream::connect_timeout(&address, Duration::from_secs(3))
+                        .expect_err("nothing listens on port 9");
+                    assert_eq!(
+                        err.kind(),
+                        std::io::ErrorKind::ConnectionRefused,
+                        "{address}: {err}"
+                    );
+                    start.elapsed()
+                })
+                .collect()
+        })
+        .join()
+        .unwrap()
     }
 
     fn command(&self, namespace: &str, argv: &[&str]) -> Command {
@@ -71,15 +124,33 @@ impl Lab {
 
     /// An iperf3 server in node1, killed when dropped.
     fn iperf_server(&self) -> Server {
+        self.iperf_server_on(5201)
+    }
+
+    /// An iperf3 server in node1 on PORT, listening when this returns, killed when dropped.
+    fn iperf_server_on(&self, port: u16) -> Server {
+        let port_arg = port.to_string();
         let child = self
-            .command("node1", &["iperf3", "-s"])
+            .command("node1", &["iperf3", "-s", "-p", &port_arg])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        Server(child)
+        let server = Server(child);
+        let filter = format!("sport = :{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.output("node1", &["ss", "-Hltn", &filter]);
+            if !out.stdout.is_empty() {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "iperf3 -s -p {port} never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// iperf3 from host to ADDRESS; returns the receiver's goodput in bit/s and the JSON.
@@ -189,7 +260,7 @@ fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
         "{code} {took:?}"
     );
 
-    lanes_lab::fail(&lab.name, "link1", "blackhole").unwrap();
+    fail(&lab.name, "link1", "blackhole").unwrap();
     let (code, took) = lab.connect("10.77.1.2", 9);
     assert_eq!(
         code, 124,
@@ -199,7 +270,7 @@ fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
     let (code, _) = lab.connect("10.77.2.2", 9);
     assert!(code != 0 && code != 124, "link2 was affected: {code}");
     assert!(
-        lanes_lab::fail(&lab.name, "link1", "down").is_err(),
+        fail(&lab.name, "link1", "down").is_err(),
         "two faults on one link"
     );
     lanes_lab::restore(&lab.name, "link1").unwrap();
@@ -231,7 +302,7 @@ fn blackhole_stops_traffic_without_a_reset_and_restore_brings_it_back() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    lanes_lab::fail(&lab.name, "link1", "blackhole").unwrap();
+    fail(&lab.name, "link1", "blackhole").unwrap();
     std::thread::sleep(Duration::from_secs(2));
     lanes_lab::restore(&lab.name, "link1").unwrap();
     let out = client.wait_with_output().unwrap();
@@ -280,7 +351,7 @@ fn down_leaves_no_namespace_link_or_state_behind() {
     let err = lanes_lab::up(&options, &AtomicBool::new(false)).unwrap_err();
     assert!(err.to_string().contains("already up"), "{err}");
     // Fault state survives into `down` too.
-    lanes_lab::fail(&lab.name, "node1", "blackhole").unwrap();
+    fail(&lab.name, "node1", "blackhole").unwrap();
     let down = lanes_lab::down(&lab.name).unwrap();
     assert_eq!(down.namespaces.len(), 3);
     assert!(!list().contains(&prefix), "{}", list());
@@ -309,6 +380,7 @@ fn an_interrupted_up_removes_what_it_created() {
         name: name.clone(),
         topology: Topology::Pathing,
         nics: 1,
+        storage_nics: 1,
         rate: "1gbit".parse().unwrap(),
         storage_nodes: 1,
         mtu: 1500,
@@ -352,7 +424,7 @@ fn loss_drops_that_share_of_packets_until_restored() {
         }
         panic!("iperf3 -u never completed: {last}");
     };
-    lanes_lab::fail(&lab.name, "link1", "loss=10%").unwrap();
+    fail(&lab.name, "link1", "loss=10%").unwrap();
     let lost = udp_loss();
     eprintln!("loss=10%: {lost:.1}% of UDP datagrams lost");
     assert!((7.0..=13.0).contains(&lost), "{lost}% lost with loss=10%");
@@ -367,7 +439,7 @@ fn a_lacp_member_going_down_moves_its_flows_and_comes_back() {
     require_lab();
     let lab = Lab::up("lagdown", Topology::Lacp, 2);
     let _server = lab.iperf_server();
-    lanes_lab::fail(&lab.name, "link1", "down").unwrap();
+    fail(&lab.name, "link1", "down").unwrap();
     let one = lab.iperf("10.77.100.2", 8, 2).0;
     eprintln!("lacp with link1 down, 8 streams: {:.1} Mbit/s", one / 1e6);
     assert!(
@@ -380,16 +452,219 @@ fn a_lacp_member_going_down_moves_its_flows_and_comes_back() {
     assert!(both >= 1.6 * GBIT, "{both} bit/s after link1 came back");
 }
 
+/// Reads a NIC's byte counter (`/sys/class/net/DEV/statistics/NAME`) inside a namespace.
+fn nic_bytes(lab: &Lab, namespace: &str, device: &str, counter: &str) -> u64 {
+    let path = format!("/sys/class/net/{device}/statistics/{counter}");
+    let out = lab.output(namespace, &["cat", &path]);
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `ip -o link` of a namespace of the lab.
+fn links(lab: &Lab, namespace: &str) -> String {
+    let out = lab.output(namespace, &["ip", "-o", "link"]);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn millis(times: &[Duration]) -> Vec<f64> {
+    times.iter().map(|t| t.as_secs_f64() * 1e3).collect()
+}
+
 #[test]
-fn delay_says_clearly_when_the_kernel_has_no_netem() {
+fn delay_adds_twice_the_delay_to_a_round_trip_until_restored() {
     require_lab();
     let lab = Lab::up("delay", Topology::Pathing, 1);
-    match lanes_lab::fail(&lab.name, "link1", "delay=50ms") {
-        Ok(()) => lanes_lab::restore(&lab.name, "link1").map(drop).unwrap(),
-        Err(e) => {
-            assert!(e.to_string().contains("needs netem"), "{e}");
-            // Nothing was recorded, so the link takes another fault.
-            lanes_lab::fail(&lab.name, "link1", "blackhole").unwrap();
-        }
+    let before = millis(&lab.round_trips("host", "10.77.1.2", 5));
+    eprintln!("round trips before: {before:?} ms");
+    assert!(before.iter().all(|ms| *ms < 5.0), "{before:?}");
+
+    fail(&lab.name, "link1", "delay=50ms").unwrap();
+    let state = lanes_lab::state(&lab.name).unwrap();
+    let relays = &state.faults[0].relays;
+    assert_eq!(relays.len(), 2, "one relay in host, one in node1");
+    assert!(relays.iter().all(|r| lanes_lab::relay::is_running(r.pid)));
+    for ns in ["host", "node1"] {
+        assert!(links(&lab, ns).contains("dly-link1"), "{ns}");
     }
+    let delayed = millis(&lab.round_trips("host", "10.77.1.2", 5));
+    eprintln!("round trips with delay=50ms: {delayed:?} ms");
+    assert!(
+        delayed.iter().all(|ms| (95.0..150.0).contains(ms)),
+        "{delayed:?}"
+    );
+
+    // TCP still works through the relays, in order: iperf3 completes and moves data. One
+    // stream over a 100 ms round trip is held back by its send buffer, not by the relays.
+    let _server = lab.iperf_server();
+    let (rate, json) = lab.iperf("10.77.1.2", 1, 3);
+    let retransmits = json["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    eprintln!(
+        "iperf3 over delay=50ms: {:.1} Mbit/s, {retransmits} retransmits",
+        rate / 1e6
+    );
+    assert!(rate > 20e6, "{rate} bit/s through the delay");
+
+    let restored = lanes_lab::restore(&lab.name, "link1").unwrap();
+    assert_eq!(restored, ["link1 (delay=50ms)"]);
+    assert!(relays.iter().all(|r| !lanes_lab::relay::is_running(r.pid)));
+    for ns in ["host", "node1"] {
+        assert!(
+            !links(&lab, ns).contains("dly-"),
+            "{ns}: {}",
+            links(&lab, ns)
+        );
+        let qdiscs = lab.output(ns, &["tc", "qdisc", "show", "dev", "link1"]);
+        let qdiscs = String::from_utf8_lossy(&qdiscs.stdout);
+        assert!(!qdiscs.contains("ingress"), "{ns}: {qdiscs}");
+        assert!(qdiscs.contains("tbf"), "{ns}: the shaper stays: {qdiscs}");
+    }
+    let after = millis(&lab.round_trips("host", "10.77.1.2", 5));
+    eprintln!("round trips after restore: {after:?} ms");
+    assert!(after.iter().all(|ms| *ms < 5.0), "{after:?}");
+}
+
+#[test]
+fn a_delay_keeps_up_with_a_1gbit_link() {
+    require_lab();
+    let lab = Lab::up("dlyrate", Topology::Pathing, 1);
+    let _server = lab.iperf_server();
+    // 1 ms: the round trip is short enough for one stream's windows, so what limits the rate
+    // is the relays (two system calls per packet) and the shaper.
+    fail(&lab.name, "link1", "delay=1ms").unwrap();
+    let ok = |r: f64| r >= 0.8 * GBIT;
+    let rate = measure_until(3, ok, || lab.iperf("10.77.1.2", 1, 3).0);
+    eprintln!("iperf3 over delay=1ms: {:.1} Mbit/s", rate / 1e6);
+    assert!(
+        ok(rate) && rate <= 1.0 * GBIT,
+        "{rate} bit/s through a 1 ms delay on a 1gbit link"
+    );
+}
+
+#[test]
+fn down_with_a_node_delay_leaves_no_relay_device_route_or_namespace() {
+    require_lab();
+    let root_links = || {
+        let out = Command::new("ip").args(["-o", "link"]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let root_routes = || {
+        let out = Command::new("ip").args(["route"]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let routes_before = root_routes();
+    let lab = Lab::up_with("dlydown", Topology::Mesh, 2, 2, 2);
+    fail(&lab.name, "node1", "delay=20ms/2ms").unwrap();
+    // Both directions of the node's traffic are delayed: to it and from it.
+    let delayed = millis(&lab.round_trips("host", "10.77.0.101", 3));
+    eprintln!("round trips to node1 with delay=20ms/2ms: {delayed:?} ms");
+    assert!(
+        delayed.iter().all(|ms| (36.0..80.0).contains(ms)),
+        "{delayed:?}"
+    );
+    let undelayed = millis(&lab.round_trips("host", "10.77.0.201", 3));
+    assert!(undelayed.iter().all(|ms| *ms < 5.0), "node2: {undelayed:?}");
+    // The delay owns node1's NICs and the NICs that hear from it.
+    let err = fail(&lab.name, "link1", "blackhole").unwrap_err();
+    assert!(err.to_string().contains("cannot share a NIC"), "{err}");
+
+    let state = lanes_lab::state(&lab.name).unwrap();
+    let relays = state.faults[0].relays.clone();
+    assert_eq!(relays.len(), 3, "host, node1, node2: {relays:?}");
+    assert!(relays.iter().all(|r| lanes_lab::relay::is_running(r.pid)));
+    let down = lanes_lab::down(&lab.name).unwrap();
+    assert_eq!(down.namespaces.len(), 4);
+    for relay in &relays {
+        assert!(
+            !lanes_lab::relay::is_running(relay.pid),
+            "relay {} still runs",
+            relay.pid
+        );
+    }
+    let prefix = format!("lanes-{}-", lab.name);
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let namespaces = String::from_utf8(namespaces.stdout).unwrap();
+    assert!(!namespaces.contains(&prefix), "{namespaces}");
+    let links = root_links();
+    assert!(!links.contains("dly-"), "{links}");
+    assert_eq!(root_routes(), routes_before);
+    assert!(!lanes_lab::run::state_path(&lab.name).exists());
+}
+
+#[test]
+fn a_mesh_of_four_host_nics_and_two_storage_nics_carries_traffic() {
+    require_lab();
+    let lab = Lab::up_with("mesh42", Topology::Mesh, 4, 2, 1);
+    let plan = lanes_lab::state(&lab.name).unwrap().plan;
+    let count = |ns: &str| plan.nics.iter().filter(|n| n.namespace == ns).count();
+    assert_eq!((count("host"), count("node1")), (4, 2));
+    let summary = plan.summary();
+    assert!(summary.contains("  link1: host 10.77.0.11/24  node1 10.77.0.101/24\n"));
+    assert!(
+        summary.contains("  link4: host 10.77.0.14/24\n"),
+        "{summary}"
+    );
+    let node_links = links(&lab, "node1");
+    assert!(
+        node_links.contains("link2@") && !node_links.contains("link3"),
+        "{node_links}"
+    );
+
+    // Host NICs 3 and 4 (which have no storage NIC of the same number) to the node's two
+    // NICs, at the same time.
+    let servers = [lab.iperf_server_on(5201), lab.iperf_server_on(5202)];
+    let pairs = [
+        ("10.77.0.13", "10.77.0.101", "5201"),
+        ("10.77.0.14", "10.77.0.102", "5202"),
+    ];
+    let sent_before: Vec<u64> = ["link3", "link4"]
+        .iter()
+        .map(|d| nic_bytes(&lab, "host", d, "tx_bytes"))
+        .collect();
+    let clients: Vec<Child> = pairs
+        .iter()
+        .map(|(from, to, port)| {
+            lab.command(
+                "host",
+                &[
+                    "timeout", "30", "iperf3", "-c", to, "-B", from, "-p", port, "-t", "3", "-J",
+                ],
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut moved = Vec::new();
+    for (client, (from, to, _)) in clients.into_iter().zip(pairs) {
+        let out = client.wait_with_output().unwrap();
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert!(
+            out.status.success(),
+            "iperf3 {from} -> {to}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let rate = json["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap();
+        let bytes = json["end"]["sum_received"]["bytes"].as_u64().unwrap();
+        eprintln!("{from} -> {to}: {:.1} Mbit/s", rate / 1e6);
+        // Both flows share two cores with everything else: demand real traffic, not a rate.
+        assert!(rate > 0.2 * GBIT, "{from} -> {to}: {rate} bit/s");
+        moved.push(bytes);
+    }
+    drop(servers);
+    // Each flow left through the NIC that owns its source address.
+    for ((device, before), bytes) in ["link3", "link4"].iter().zip(sent_before).zip(moved) {
+        let sent = nic_bytes(&lab, "host", device, "tx_bytes") - before;
+        assert!(
+            sent >= bytes,
+            "{device} sent {sent} bytes, iperf3 moved {bytes}"
+        );
+    }
+    let down = lanes_lab::down(&lab.name).unwrap();
+    assert_eq!(down.namespaces.len(), 3, "host, node1, sw");
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let namespaces = String::from_utf8(namespaces.stdout).unwrap();
+    assert!(!namespaces.contains(&format!("lanes-{}-", lab.name)));
 }

@@ -29,7 +29,8 @@ enum LabCommand {
         name: String,
         /// link1 ... linkN, node1 or node2.
         target: String,
-        /// down | blackhole | loss=P% | delay=D (delay needs netem in the kernel).
+        /// down | blackhole | loss=P% | delay=D[/J] (e.g. delay=50ms or delay=50ms/10ms: each
+        /// direction delayed by D, jitter ±J, order kept).
         #[arg(long)]
         mode: String,
     },
@@ -57,6 +58,12 @@ enum LabCommand {
         /// Lab name.
         name: String,
     },
+    /// The delay relay that `fail --mode delay=...` starts inside a lab namespace.
+    #[command(hide = true)]
+    Relay {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +71,9 @@ struct UpArgs {
     /// NICs per namespace (links between host and storage), 1..=8.
     #[arg(long)]
     nics: usize,
+    /// NICs of each storage node, 1..=8, when it differs from --nics (mesh only).
+    #[arg(long)]
+    storage_nics: Option<usize>,
     /// Rate of every link, as tc writes it: 1gbit, 100mbit, 10gbit.
     #[arg(long, value_parser = parse_rate)]
     rate: Rate,
@@ -96,6 +106,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 name: up.name,
                 topology: up.topology,
                 nics: up.nics,
+                storage_nics: up.storage_nics.unwrap_or(up.nics),
                 rate: up.rate,
                 storage_nodes: up.storage_nodes,
                 mtu: up.mtu,
@@ -120,7 +131,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             println!("removed {}", down.namespaces.join(", "));
         }
         LabCommand::Fail { name, target, mode } => {
-            lanes_lab::fail(&name, &target, &mode)?;
+            // A delay starts relays: this same binary, as `lanes lab relay`.
+            let exe = std::env::current_exe().context("finding the lanes executable")?;
+            let relay = lanes_lab::RelayCommand(vec![
+                exe.to_string_lossy().into_owned(),
+                "lab".into(),
+                "relay".into(),
+            ]);
+            lanes_lab::fail(&name, &target, &mode, &relay)?;
             println!("{target} of lab {name}: {mode} (undo: lanes lab restore {name} {target})");
         }
         LabCommand::Restore { name, target } => {
@@ -152,6 +170,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             for fault in &state.faults {
                 println!("fault: {} {}", fault.target, fault.mode);
             }
+        }
+        LabCommand::Relay { args } => {
+            // Runs until killed; it reports readiness on stdout, so errors go to stderr.
+            tokio::task::spawn_blocking(move || lanes_lab::relay::main(&args, std::io::stdout()))
+                .await??;
         }
     }
     Ok(())

@@ -8,6 +8,7 @@ fn options(topology: Topology, nics: usize, nodes: usize) -> Options {
         name: "demo".into(),
         topology,
         nics,
+        storage_nics: nics,
         rate: "1gbit".parse::<Rate>().unwrap(),
         storage_nodes: nodes,
         mtu: 1500,
@@ -94,6 +95,35 @@ fn mesh_shares_one_switch_and_routes_by_source() {
 }
 
 #[test]
+fn a_mesh_joins_four_host_nics_to_two_per_storage_node() {
+    let mut o = options(Topology::Mesh, 4, 2);
+    o.storage_nics = 2;
+    let plan = Plan::new(&o).unwrap();
+    let count = |ns: &str| plan.nics.iter().filter(|n| n.namespace == ns).count();
+    assert_eq!((count("host"), count("node1"), count("node2")), (4, 2, 2));
+    // Every NIC and its switch port shaped: (4 + 2 + 2) x 2.
+    assert_eq!(plan.shapers.len(), 16);
+    let lines = lines(&plan);
+    assert!(lines.contains(&"ip -n lanes-demo-sw link set h-link4 master br0".to_string()));
+    assert!(lines.contains(&"ip -n lanes-demo-host addr add 10.77.0.14/24 dev link4".to_string()));
+    assert!(lines.contains(&"ip -n lanes-demo-node2 addr add 10.77.0.202/24 dev link2".to_string()));
+    assert!(!lines
+        .iter()
+        .any(|l| l.contains("n1-link3") || l.contains("node1 addr add 10.77.0.103")));
+    let text = plan.summary();
+    assert!(
+        text.contains("lab demo is up: mesh, 4 host NICs and 2 per storage node at 1gbit"),
+        "{text}"
+    );
+    // The link lines keep their format; the host's extra NICs have lines of their own.
+    assert!(
+        text.contains("  link2: host 10.77.0.12/24  node1 10.77.0.102/24  node2 10.77.0.202/24\n"),
+        "{text}"
+    );
+    assert!(text.contains("  link4: host 10.77.0.14/24\n"), "{text}");
+}
+
+#[test]
 fn lacp_hashes_flows_over_every_member_on_both_sides() {
     let plan = Plan::new(&options(Topology::Lacp, 2, 1)).unwrap();
     let lines = lines(&plan);
@@ -141,6 +171,9 @@ fn summary_names_addresses_and_commands() {
 fn invalid_options_are_refused() {
     assert!(Plan::new(&options(Topology::Lacp, 2, 2)).is_err());
     assert!(Plan::new(&options(Topology::Pathing, 0, 1)).is_err());
+    let mut unequal = options(Topology::Pathing, 4, 1);
+    unequal.storage_nics = 2;
+    assert!(Plan::new(&unequal).unwrap_err().contains("only a mesh"));
 }
 
 #[test]
