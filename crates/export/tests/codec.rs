@@ -78,7 +78,7 @@ proptest! {
         let greeting = Greeting { flags: HandshakeFlags(handshake) };
         greeting.encode(&mut buf);
         prop_assert_eq!(buf.len(), Greeting::LEN);
-        check_prefixes(&buf, |b| Greeting::decode(b))?;
+        check_prefixes(&buf, Greeting::decode)?;
         prop_assert_eq!(Greeting::decode(&mut buf).unwrap(), greeting);
 
         ClientFlags(client).encode(&mut buf);
@@ -86,7 +86,7 @@ proptest! {
 
         request.encode(&mut buf);
         prop_assert_eq!(buf.len(), Request::LEN);
-        check_prefixes(&buf, |b| Request::decode(b))?;
+        check_prefixes(&buf, Request::decode)?;
         prop_assert_eq!(Request::decode(&mut buf).unwrap(), request);
 
         let reply = SimpleReply { error: ErrorCode(error), cookie };
