@@ -380,6 +380,13 @@ pub(crate) async fn run(inner: Arc<Inner>, mut stop: tokio::sync::watch::Receive
         }
         let events: Vec<Event> = {
             let mut h = inner.health();
+            // Completed commands are signs of life as good as ping answers.
+            for slot in &inner.slots {
+                let ns = slot.last_completion.load(Ordering::Relaxed);
+                if ns > 0 {
+                    h.contact(slot.id, inner.started + Duration::from_nanos(ns));
+                }
+            }
             h.handle_timeout(now);
             std::iter::from_fn(|| h.poll_event()).collect()
         };

@@ -146,6 +146,8 @@ impl Inner {
             let reason = match result {
                 Ok(Ok(data)) => {
                     slot.stats.record(start.elapsed(), bytes);
+                    let at = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    slot.last_completion.fetch_max(at, Ordering::Relaxed);
                     return Ok(data);
                 }
                 Ok(Err(e)) if !e.is_path_error() => match classify(&e) {

@@ -85,6 +85,8 @@ pub struct RefusedPath {
 pub(crate) struct Inner {
     config: MultipathConfig,
     me: Weak<Inner>,
+    /// Time base of the per-path completion stamps.
+    started: Instant,
     slots: Vec<PathSlot>,
     selector: Selector,
     health: Mutex<PathSet>,
@@ -201,6 +203,7 @@ impl Multipath {
             selector: Selector::new(config.policy.clone()),
             config,
             me: me.clone(),
+            started: Instant::now(),
             slots: kept,
             health: Mutex::new(health),
             lun_id,

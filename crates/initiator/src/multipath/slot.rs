@@ -110,6 +110,8 @@ pub(crate) struct PathSlot {
     pub(crate) inflight_bytes: AtomicU64,
     pub(crate) inflight_cmds: AtomicU32,
     pub(crate) stats: Stats,
+    /// When a command last completed on the path, in ns after `Inner::started` (0 = never).
+    pub(crate) last_completion: AtomicU64,
     pub(crate) rates: std::sync::Mutex<Rates>,
 }
 
@@ -139,6 +141,7 @@ impl PathSlot {
             inflight_bytes: AtomicU64::new(0),
             inflight_cmds: AtomicU32::new(0),
             stats: Stats::new(),
+            last_completion: AtomicU64::new(0),
             rates: std::sync::Mutex::new(Rates::default()),
         }
     }

@@ -45,6 +45,8 @@ struct Path {
     next_ping: Option<Instant>,
     /// The last ping asked for has not been answered.
     ping_outstanding: bool,
+    /// Last sign of life: a ping answer or a completed command (see `contact`).
+    last_contact: Option<Instant>,
     misses: u32,
     rtt: Option<Duration>,
     /// When to emit the next `Reconnect`; set while Failed.
@@ -120,6 +122,7 @@ impl PathSet {
             tier: TIER_OPTIMIZED,
             state: PathState::Connecting,
             next_ping: None,
+            last_contact: None,
             ping_outstanding: false,
             misses: 0,
             rtt: None,
@@ -225,6 +228,7 @@ impl PathSet {
         p.ping_outstanding = false;
         p.misses = 0;
         p.rtt = Some(rtt);
+        p.last_contact = Some(p.last_contact.map_or(now, |c| c.max(now)));
         let held = p.hold.is_some();
         if let PathState::Probing { good, .. } = &mut p.state {
             *good = good.saturating_add(1);
@@ -347,6 +351,30 @@ impl PathSet {
     }
 
     /// The earliest time `handle_timeout` has something to do.
+    /// A completed command on the path at `at`: as good a sign of life as a ping answer. A
+    /// path is failed once it has been silent for `ping_misses` ping intervals while a ping is
+    /// outstanding, which, under load, counts from the moment the path went dark rather than
+    /// from the first ping sent after it.
+    pub fn contact(&mut self, id: PathId, at: Instant) {
+        if let Some(p) = self.path_mut(id) {
+            if p.state.is_logged_in() && p.last_contact.is_none_or(|c| at > c) {
+                p.last_contact = Some(at);
+                // The path answers, only its pings are slow (queued behind data): not a miss.
+                p.misses = 0;
+            }
+        }
+    }
+
+    /// When a path that stays silent is failed: `ping_misses` intervals after its last contact,
+    /// while a ping is outstanding.
+    fn silence_deadline(config: &HealthConfig, p: &Path) -> Option<Instant> {
+        if !p.ping_outstanding || !p.state.is_logged_in() {
+            return None;
+        }
+        let window = config.ping_interval * config.ping_misses.max(1);
+        p.last_contact.map(|c| c + window)
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         let demote_for = self.config.demote_for;
         self.paths
@@ -357,6 +385,7 @@ impl PathSet {
                     _ => None,
                 };
                 [
+                    Self::silence_deadline(&self.config, p),
                     p.next_ping,
                     p.reconnect_at,
                     demoted_until,
@@ -402,6 +431,19 @@ impl PathSet {
                     };
                     self.transition(i, probing, "demotion over, probing".into(), now);
                 }
+            }
+            let Some(p) = self.paths.get_mut(i) else {
+                continue;
+            };
+            if Self::silence_deadline(&self.config, p).is_some_and(|at| at <= now) {
+                let silent = p.last_contact.map_or(Duration::ZERO, |c| now - c);
+                let reason = format!(
+                    "no answer for {} ms ({} ping intervals) with a ping outstanding",
+                    silent.as_millis(),
+                    misses_allowed
+                );
+                self.fail(i, reason, now);
+                continue;
             }
             let Some(p) = self.paths.get_mut(i) else {
                 continue;

@@ -169,6 +169,7 @@ impl PathSet {
                 };
                 p.next_ping = Some(first);
                 p.reconnect_at = None;
+                p.last_contact = Some(now);
                 p.ping_outstanding = false;
                 p.misses = 0;
                 p.p50 = None;

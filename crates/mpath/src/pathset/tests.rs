@@ -149,16 +149,18 @@ fn black_holed_path_fails_within_one_second_of_first_lost_ping() {
     let fails = fails(&events);
     assert_eq!(fails.len(), 1, "{fails:?}");
     let (failed_at, path, reason) = &fails[0];
-    assert_eq!((*path, reason.as_str()), (a, "3 pings unanswered"));
+    assert_eq!(*path, a);
+    assert!(reason.starts_with("no answer for"), "{reason}");
+    // Three ping intervals of silence, counted from the last answer (before the first lost
+    // ping), so at most 750 ms after the first lost ping.
     assert!(
-        *failed_at - first_lost <= ms(1000),
+        *failed_at - first_lost <= ms(750),
         "failed {:?} after the first lost ping",
         *failed_at - first_lost
     );
-    assert_eq!(
-        changes(&events, a),
-        [("active", "failed", "3 pings unanswered".to_string())]
-    );
+    let ch = changes(&events, a);
+    assert_eq!(ch.len(), 1, "{ch:?}");
+    assert_eq!((ch[0].0, ch[0].1), ("active", "failed"));
     assert!(matches!(set.state(a), Some(PathState::Failed { .. })));
     assert!(!set.eligible(a));
     assert!(set.eligible(b), "the healthy path is untouched");
@@ -175,10 +177,10 @@ fn answered_ping_resets_misses() {
     let t0 = Instant::now();
     let (mut set, ids) = active_set(HealthConfig::default(), &Policy::ServiceTime, &[0], t0);
     let a = ids[0];
-    // Two misses, then an answer, then two misses again: never three in a row.
+    // A miss, then an answer, again and again: never three intervals of silence.
     let mut now = t0;
-    for round in 0..3 {
-        for _ in 0..3 {
+    for round in 0..6 {
+        for _ in 0..2 {
             now = set.poll_timeout().unwrap();
             set.handle_timeout(now);
             assert!(
@@ -189,6 +191,27 @@ fn answered_ping_resets_misses() {
         set.ping_answered(a, ms(2), now + ms(10));
     }
     assert!(matches!(set.state(a), Some(PathState::Active { .. })));
+    // Completed commands count as contact too: a path busy with I/O whose pings are slow is
+    // not failed.
+    let t = now + ms(10);
+    set.handle_timeout(t);
+    drain(&mut set);
+    for k in 1..=8u64 {
+        set.contact(a, t + ms(200 * k));
+        set.handle_timeout(t + ms(200 * k));
+        drain(&mut set);
+    }
+    assert!(matches!(set.state(a), Some(PathState::Active { .. })));
+    // Silence after that fails it, three intervals after the last contact.
+    let last = t + ms(1600);
+    let deadline = set.poll_timeout().unwrap();
+    assert!(deadline <= last + ms(750), "{:?}", deadline - last);
+    let mut at = deadline;
+    while matches!(set.state(a), Some(PathState::Active { .. })) {
+        set.handle_timeout(at);
+        at = set.poll_timeout().unwrap_or(at + ms(250));
+    }
+    assert!(matches!(set.state(a), Some(PathState::Failed { .. })));
     assert_eq!(set.rtt(a), Some(ms(2)));
 }
 
