@@ -1,10 +1,11 @@
-//! The iSCSI driver: threads are sessions through `lanes-initiator`, each thread runs `depth`
-//! tokio tasks with one command outstanding each.
+//! The iSCSI driver: threads are OS threads, each with its own session through `lanes-initiator`
+//! and `depth` tokio tasks with one command outstanding each.
 //!
 //! Each thread logs in with its own ISID (one TCP connection, one CmdSN window), as DiskSpd
 //! threads on an MPIO host end up spread over sessions, so the target sees threads x depth
 //! commands in flight.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use bytes::{Bytes, BytesMut};
 use lanes_initiator::{ChapSecret, IscsiUrl, LoginOptions, Session};
+use tokio::sync::{mpsc, oneshot};
 
 use super::meter::{counters, CpuTimes, Progress, TICK};
 use super::verify::{count_bad_blocks, fill_verified, Oracle, PREFILL_STAMP};
@@ -85,28 +87,177 @@ async fn prefill(
     Ok(())
 }
 
-async fn login_all(
+/// What the coordinator asks a bench thread to do.
+enum Order {
+    /// Run these jobs as tasks until their stop flag is set; answer with what each measured.
+    Run {
+        jobs: Vec<Job>,
+        reply: oneshot::Sender<anyhow::Result<Vec<TaskResult>>>,
+    },
+    /// Stamp `blocks` blocks from `start` for `--verify`.
+    Prefill {
+        oracle: Arc<Oracle>,
+        start: u64,
+        blocks: u64,
+        reply: oneshot::Sender<anyhow::Result<()>>,
+    },
+}
+
+/// One bench thread: an OS thread with a current-thread tokio runtime that owns one session,
+/// its reader and writer tasks and the thread's `depth` I/O tasks, as a DiskSpd thread owns
+/// its I/Os. Nothing of it wakes another thread per I/O (with one multi-threaded runtime,
+/// about one context switch per 128 KiB read went to cross-thread wake-ups).
+struct BenchThread {
+    orders: mpsc::UnboundedSender<Order>,
+    done: oneshot::Receiver<()>,
+}
+
+/// Where a session is and who logs in.
+#[derive(Clone)]
+struct Login {
+    portal: SocketAddr,
+    target: String,
+    options: LoginOptions,
+}
+
+impl BenchThread {
+    /// Starts the thread and logs in; answers the LUN's (blocks, block size).
+    async fn start(index: usize, login: Login) -> anyhow::Result<(BenchThread, u64, u32)> {
+        let (orders, mut inbox) = mpsc::unbounded_channel::<Order>();
+        let (ready_tx, ready) = oneshot::channel::<anyhow::Result<(u64, u32)>>();
+        let (done_tx, done) = oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("bench thread runtime")?;
+        std::thread::Builder::new()
+            .name(format!("bench-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let session = match open_session(&login).await {
+                        Ok((s, blocks, bs)) => {
+                            let _ = ready_tx.send(Ok((blocks, bs)));
+                            Arc::new(s)
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    while let Some(order) = inbox.recv().await {
+                        serve_order(&session, order).await;
+                    }
+                    if let Ok(s) = Arc::try_unwrap(session) {
+                        let _ = s.logout().await;
+                    }
+                });
+                let _ = done_tx.send(());
+            })
+            .context("starting a bench thread")?;
+        let (blocks, bs) = ready.await.context("a bench thread ended during login")??;
+        Ok((BenchThread { orders, done }, blocks, bs))
+    }
+
+    fn order(&self, order: Order) -> anyhow::Result<()> {
+        self.orders
+            .send(order)
+            .map_err(|_| anyhow::anyhow!("a bench thread has ended"))
+    }
+
+    /// Logs out and waits for the thread to end.
+    async fn finish(self) {
+        drop(self.orders);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.done).await;
+    }
+}
+
+async fn open_session(login: &Login) -> anyhow::Result<(Session, u64, u32)> {
+    let s = Session::login(login.portal, &login.target, &login.options)
+        .await
+        .with_context(|| format!("login to {} at {}", login.target, login.portal))?;
+    s.test_unit_ready().await.context("TEST UNIT READY")?;
+    let (blocks, bs) = s.read_capacity16().await.context("READ CAPACITY")?;
+    Ok((s, blocks, bs))
+}
+
+async fn serve_order(session: &Arc<Session>, order: Order) {
+    match order {
+        Order::Run { jobs, reply } => {
+            let tasks: Vec<_> = jobs
+                .into_iter()
+                .map(|job| {
+                    let stop = job.stop.clone();
+                    let task = tokio::spawn(run_task(session.clone(), job));
+                    (stop, task)
+                })
+                .collect();
+            let mut results = Vec::with_capacity(tasks.len());
+            let mut first_error = None;
+            for (stop, task) in tasks {
+                match task.await {
+                    Ok(Ok(r)) => results.push(r),
+                    Ok(Err(e)) => {
+                        // One failed I/O ends the pattern for every task, at once.
+                        stop.store(true, Ordering::Relaxed);
+                        first_error.get_or_insert(e);
+                    }
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        first_error.get_or_insert(anyhow::anyhow!("benchmark task failed: {e}"));
+                    }
+                }
+            }
+            let _ = reply.send(match first_error {
+                Some(e) => Err(e),
+                None => Ok(results),
+            });
+        }
+        Order::Prefill {
+            oracle,
+            start,
+            blocks,
+            reply,
+        } => {
+            let bs = session.block_size() as usize;
+            let _ = reply.send(prefill(session.clone(), oracle, start, blocks, bs).await);
+        }
+    }
+}
+
+async fn start_threads(
     url: &IscsiUrl,
     options: &LoginOptions,
     n: usize,
-) -> anyhow::Result<Vec<Arc<Session>>> {
+) -> anyhow::Result<(Vec<BenchThread>, u64, u32)> {
     let portal = lanes_initiator::resolve(&url.portal()).await?;
-    let mut sessions = Vec::with_capacity(n);
-    for _ in 0..n {
+    let mut threads = Vec::with_capacity(n);
+    let mut capacity = (0, 0);
+    for i in 0..n {
         let mut o = options.clone();
         o.isid = lanes_initiator::random_isid();
-        let s = Session::login(portal, &url.target, &o)
-            .await
-            .with_context(|| format!("login to {} at {portal}", url.target))?;
-        s.test_unit_ready().await.context("TEST UNIT READY")?;
-        s.read_capacity16().await.context("READ CAPACITY")?;
-        sessions.push(Arc::new(s));
+        let login = Login {
+            portal,
+            target: url.target.clone(),
+            options: o,
+        };
+        match BenchThread::start(i, login).await {
+            Ok((t, blocks, bs)) => {
+                capacity = (blocks, bs);
+                threads.push(t);
+            }
+            Err(e) => {
+                for t in threads {
+                    t.finish().await;
+                }
+                return Err(e);
+            }
+        }
     }
-    Ok(sessions)
+    Ok((threads, capacity.0, capacity.1))
 }
 
 async fn run_pattern(
-    sessions: &[Arc<Session>],
+    threads: &[BenchThread],
     plan: &Plan,
     duration: Duration,
     oracle: Option<&Arc<Oracle>>,
@@ -115,18 +266,21 @@ async fn run_pattern(
     let counters = counters(plan.slices.len());
     let cpu0 = CpuTimes::now();
     let began = Instant::now();
-    let mut tasks = Vec::with_capacity(plan.slices.len());
-    for i in 0..plan.slices.len() {
-        let session = sessions.get(i / plan.depth).context("no session")?.clone();
-        let job = plan.job(i, oracle, &stop, &counters);
-        tasks.push(tokio::spawn(run_task(session, job)));
+    let mut replies = Vec::with_capacity(plan.threads);
+    for (t, thread) in threads.iter().take(plan.threads).enumerate() {
+        let jobs = (t * plan.depth..(t + 1) * plan.depth)
+            .map(|i| plan.job(i, oracle, &stop, &counters))
+            .collect();
+        let (reply, rx) = oneshot::channel();
+        thread.order(Order::Run { jobs, reply })?;
+        replies.push(rx);
     }
     let mut progress = Progress::start(plan.pattern.name, duration, counters);
     let deadline = began + duration;
     loop {
         let now = Instant::now();
-        // A task only ends early on an error: stop then, not at the deadline.
-        if now >= deadline || tasks.iter().any(|t| t.is_finished()) {
+        // The stop flag is only set early by a failed I/O: end then, not at the deadline.
+        if now >= deadline || stop.load(Ordering::Relaxed) {
             break;
         }
         tokio::time::sleep(TICK.min(deadline - now)).await;
@@ -135,14 +289,14 @@ async fn run_pattern(
     stop.store(true, Ordering::Relaxed);
     let mut merged = TaskResult::new();
     let mut first_error = None;
-    for t in tasks {
-        match t.await {
-            Ok(Ok(r)) => merged.merge(&r),
+    for rx in replies {
+        match rx.await {
+            Ok(Ok(results)) => results.iter().for_each(|r| merged.merge(r)),
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
             }
-            Err(e) => {
-                first_error.get_or_insert(anyhow::anyhow!("benchmark task failed: {e}"));
+            Err(_) => {
+                first_error.get_or_insert(anyhow::anyhow!("a bench thread ended unexpectedly"));
             }
         }
     }
@@ -163,10 +317,21 @@ pub async fn run(target: &str, settings: &Settings) -> anyhow::Result<Report> {
         user: user.clone(),
         secret: secret.as_bytes().to_vec(),
     });
-    let sessions = login_all(&url, &options, settings.threads).await?;
-    let first = sessions.first().context("no session")?;
-    let (lun_blocks, bs) = first.read_capacity16().await.context("READ CAPACITY")?;
-    let bs = bs as usize;
+    let (threads, lun_blocks, bs) = start_threads(&url, &options, settings.threads).await?;
+    let result = measure(&url, &threads, lun_blocks, bs as usize, settings).await;
+    for t in threads {
+        t.finish().await;
+    }
+    result
+}
+
+async fn measure(
+    url: &IscsiUrl,
+    threads: &[BenchThread],
+    lun_blocks: u64,
+    bs: usize,
+    settings: &Settings,
+) -> anyhow::Result<Report> {
     let region = match settings.size {
         Some(bytes) => {
             let blocks = bytes / bs as u64;
@@ -183,19 +348,20 @@ pub async fn run(target: &str, settings: &Settings) -> anyhow::Result<Report> {
     let oracle = settings.oracle(region, bs)?;
     if let Some(oracle) = oracle.as_ref().filter(|_| settings.reads()) {
         // Every block of the region carries its LBA before anything is read.
-        let parts = slices(region, sessions.len(), 1)?;
+        let parts = slices(region, threads.len(), 1)?;
         let mut fills = Vec::new();
-        for (s, (start, blocks)) in sessions.iter().zip(parts) {
-            fills.push(tokio::spawn(prefill(
-                s.clone(),
-                oracle.clone(),
+        for (t, (start, blocks)) in threads.iter().zip(parts) {
+            let (reply, rx) = oneshot::channel();
+            t.order(Order::Prefill {
+                oracle: oracle.clone(),
                 start,
                 blocks,
-                bs,
-            )));
+                reply,
+            })?;
+            fills.push(rx);
         }
         for f in fills {
-            f.await.context("prefill task")??;
+            f.await.context("a bench thread ended during prefill")??;
         }
     }
     let mut report = Report::new(
@@ -207,14 +373,9 @@ pub async fn run(target: &str, settings: &Settings) -> anyhow::Result<Report> {
     super::workload::print_header();
     for p in &settings.patterns {
         let plan = Plan::new(*p, settings.threads, settings.depth, region, bs)?;
-        let o = run_pattern(&sessions, &plan, settings.duration, oracle.as_ref()).await?;
+        let o = run_pattern(threads, &plan, settings.duration, oracle.as_ref()).await?;
         print_row(&o);
         report.outcomes.push(o);
-    }
-    for s in sessions {
-        if let Ok(s) = Arc::try_unwrap(s) {
-            let _ = s.logout().await;
-        }
     }
     Ok(report)
 }
