@@ -13,8 +13,10 @@ use crate::device::{validate, Device};
 use crate::range_lock::RangeLock;
 use crate::ExportError;
 
-/// A [`Device`] with byte-granular reads and writes. Shared by every connection of an export
-/// (the range lock must be common to all writers of the device).
+/// A [`Device`] with byte-granular reads and writes. Every writer of a device must go through
+/// the same `AlignedIo` for the range lock to protect them from each other: all connections of
+/// an NBD export do; to serve one device over NBD and FUSE at once, create one and pass it to
+/// [`crate::NbdServer::serve_aligned`] and [`crate::FuseExport::mount_aligned`].
 #[derive(Debug)]
 pub struct AlignedIo<D> {
     dev: Arc<D>,

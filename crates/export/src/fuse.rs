@@ -82,7 +82,18 @@ impl FuseExport {
         runtime: Handle,
         options: FuseOptions,
     ) -> Result<FuseExport, ExportError> {
-        let io = Arc::new(AlignedIo::new(dev)?);
+        FuseExport::mount_aligned(Arc::new(AlignedIo::new(dev)?), dir, runtime, options)
+    }
+
+    /// [`mount_with`](FuseExport::mount_with) through an [`AlignedIo`] shared with other
+    /// exports of the same device (an [`crate::NbdServer`]), so that their read-modify-writes
+    /// of partial blocks are serialized against each other too.
+    pub fn mount_aligned<D: Device>(
+        io: Arc<AlignedIo<D>>,
+        dir: &Path,
+        runtime: Handle,
+        options: FuseOptions,
+    ) -> Result<FuseExport, ExportError> {
         let now = SystemTime::now();
         let fs = DiskFs {
             io,
@@ -219,6 +230,9 @@ impl<D: Device> Filesystem for DiskFs<D> {
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
+        // Lets the kernel cut one large direct I/O into several requests in flight at once
+        // (a loop device issues one synchronous read or write at a time per bio).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_ASYNC_DIO);
         Ok(())
     }
 

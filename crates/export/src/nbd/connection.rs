@@ -27,7 +27,7 @@ const BUDGET_UNIT: u32 = 64 * 1024;
 /// What every connection of one export shares.
 #[derive(Debug)]
 pub(crate) struct Shared<D> {
-    pub(crate) io: AlignedIo<D>,
+    pub(crate) io: Arc<AlignedIo<D>>,
     pub(crate) export: ExportInfo,
     pub(crate) limits: Limits,
     pub(crate) max_in_flight: usize,

@@ -150,7 +150,19 @@ impl NbdServer {
         dev: Arc<D>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ExportError> {
-        let shared = Arc::new(shared_state(dev, &self.export_name, &self.options)?);
+        self.serve_aligned(Arc::new(AlignedIo::new(dev)?), shutdown)
+            .await
+    }
+
+    /// [`serve`](NbdServer::serve) through an [`AlignedIo`] shared with other exports of the
+    /// same device (a [`crate::FuseExport`]), so that their read-modify-writes of partial
+    /// blocks are serialized against each other too.
+    pub async fn serve_aligned<D: Device>(
+        self,
+        io: Arc<AlignedIo<D>>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ExportError> {
+        let shared = Arc::new(shared_state(io, &self.export_name, &self.options));
         let connections = Arc::new(Semaphore::new(self.options.max_connections));
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -230,12 +242,7 @@ enum Stream {
 }
 
 /// The export as the protocol describes it, from the device's geometry.
-fn shared_state<D: Device>(
-    dev: Arc<D>,
-    name: &str,
-    options: &NbdOptions,
-) -> Result<Shared<D>, ExportError> {
-    let io = AlignedIo::new(dev)?;
+fn shared_state<D: Device>(io: Arc<AlignedIo<D>>, name: &str, options: &NbdOptions) -> Shared<D> {
     let device = io.device();
     let minimum = device.block_size();
     let max_io = device.max_io().min(MAX_PAYLOAD);
@@ -263,13 +270,13 @@ fn shared_state<D: Device>(
         max_payload: MAX_PAYLOAD,
     };
     let max_units = (MAX_PAYLOAD / (64 * 1024)).max(1);
-    Ok(Shared {
+    Shared {
         io,
         export,
         limits,
         max_in_flight: options.max_in_flight.max(1),
         budget_units: (options.max_in_flight_bytes / (64 * 1024)).max(max_units),
-    })
+    }
 }
 
 fn prev_power_of_two(n: u32) -> u32 {
