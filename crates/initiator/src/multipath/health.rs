@@ -15,6 +15,11 @@ use crate::{LoginOptions, Session};
 
 /// How long one login (connect + login exchange) may take before the attempt counts as failed.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// A login at attach time: connect, login, TEST UNIT READY, READ CAPACITY, INQUIRY.
+pub(crate) const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A re-login of a failed path: short, so that a black-holed attempt is abandoned and the
+/// next one (every reconnect interval) finds the healed path quickly.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often ALUA states are re-read (and at once after an ALUA sense).
 const ALUA_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -33,6 +38,7 @@ pub(crate) async fn login_path(
     target: &str,
     options: &LoginOptions,
     isid: [u8; 6],
+    limit: Duration,
 ) -> Result<PathLogin, crate::Error> {
     let opts = LoginOptions {
         isid,
@@ -54,7 +60,7 @@ pub(crate) async fn login_path(
             port_group: identity.target_port_group,
         })
     };
-    tokio::time::timeout(LOGIN_TIMEOUT * 2, work)
+    tokio::time::timeout(limit, work)
         .await
         .map_err(|_| crate::Error::Timeout("a path's login"))?
 }
@@ -154,14 +160,14 @@ impl Inner {
         };
         let result = {
             let _serial = slot.login_lock.lock().await;
-            match login_path(
+            let login = login_path(
                 slot.portal,
                 &self.config.target,
                 &self.config.login,
                 slot.isid,
-            )
-            .await
-            {
+                RECONNECT_TIMEOUT,
+            );
+            match login.await {
                 Ok(login)
                     if login.lun_id != self.lun_id
                         || login.block_size != self.block_size

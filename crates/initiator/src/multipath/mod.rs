@@ -131,11 +131,15 @@ impl Multipath {
             .enumerate()
             .map(|(i, p)| PathSlot::new(PathId(i as u32), p.addr, p.tpgt, p.weight, p.priority))
             .collect();
-        let logins = futures_util::future::join_all(
-            slots
-                .iter()
-                .map(|s| health::login_path(s.portal, &config.target, &config.login, s.isid)),
-        )
+        let logins = futures_util::future::join_all(slots.iter().map(|s| {
+            health::login_path(
+                s.portal,
+                &config.target,
+                &config.login,
+                s.isid,
+                health::ATTACH_TIMEOUT,
+            )
+        }))
         .await;
         // The first path that logged in defines the device; the others must agree with it.
         let Some(reference) = logins.iter().find_map(|l| l.as_ref().ok()) else {
