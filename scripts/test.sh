@@ -8,7 +8,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # --- Debian packages (only when one of their binaries is missing) ------------------------------
 need_packages=0
-for binary in iscsi-inq tgtd qemu-img fio ip iperf3 nft; do
+for binary in iscsi-inq tgtd qemu-img fio ip iperf3 nft losetup mkfs.ext4 e2fsck; do
     command -v "$binary" >/dev/null 2>&1 || need_packages=1
 done
 # lanes bench's PNG charts draw their text with this font (read at run time).
@@ -20,7 +20,8 @@ if [ "$need_packages" = 1 ]; then
     $sudo_cmd apt-get update
     # qemu-utils and qemu-block-extra in one call so their versions match.
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends \
-        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3 nftables fonts-dejavu-core
+        libiscsi-bin tgt qemu-utils qemu-block-extra fio iproute2 iperf3 nftables fonts-dejavu-core \
+        mount e2fsprogs
 fi
 
 # --- cargo-nextest -------------------------------------------------------------------------------
