@@ -11,13 +11,17 @@
 
 use std::fs::File;
 use std::io::{self, BufRead as _, BufReader, Read as _, Write};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use rustix::event::{poll, PollFd, PollFlags};
+use rustix::time::{
+    timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
+    Timespec,
+};
 
 use crate::delay_line::{DelayLine, MAX_PACKET};
 use crate::run::LabError;
@@ -140,29 +144,45 @@ pub fn main(args: &[String], mut ready: impl Write) -> Result<(), RelayError> {
 const READ_BATCH: usize = 64;
 
 fn relay(files: &[File], lines: &mut [DelayLine]) -> Result<(), RelayError> {
-    let mut fds: Vec<PollFd<'_>> = files
-        .iter()
-        .map(|f| PollFd::new(f, PollFlags::IN))
+    // A timerfd wakes the loop when the next packet is due, to the microsecond (poll's own
+    // timeout counts whole milliseconds, which would add up to 1 ms per direction).
+    let timer = timerfd_create(
+        TimerfdClockId::Monotonic,
+        TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let mut armed: Option<Instant> = None;
+    let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&timer, PollFlags::IN))
+        .chain(files.iter().map(|f| PollFd::new(f, PollFlags::IN)))
         .collect();
     let mut scratch = vec![0u8; MAX_PACKET].into_boxed_slice();
+    let mut ticks = [0u8; 8];
     loop {
-        let now = Instant::now();
-        let timeout = lines
-            .iter()
-            .filter_map(DelayLine::next_due)
-            .min()
-            .map_or(-1, |due| {
-                // Round up: waking early would only loop; poll counts whole milliseconds.
-                let wait = due.saturating_duration_since(now).as_nanos();
-                i32::try_from(wait.div_ceil(1_000_000)).unwrap_or(i32::MAX)
+        let next = lines.iter().filter_map(DelayLine::next_due).min();
+        if next != armed {
+            let wait = next.map_or(Duration::ZERO, |due| {
+                // Zero would disarm the timer: a packet already due fires it at once.
+                due.saturating_duration_since(Instant::now())
+                    .max(Duration::from_nanos(1))
             });
-        match poll(&mut fds, timeout) {
+            arm(&timer, wait)?;
+            armed = next;
+        }
+        match poll(&mut fds, -1) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(RelayError::Io(e.into())),
         }
+        let Some((timer_fd, tun_fds)) = fds.split_first() else {
+            return Ok(());
+        };
+        if timer_fd.revents().contains(PollFlags::IN) {
+            // Reading the expiry count re-arms the timer's readiness.
+            let _ = rustix::io::read(&timer, &mut ticks);
+            armed = None;
+        }
         let now = Instant::now();
-        for ((fd, mut file), line) in fds.iter().zip(files).zip(lines.iter_mut()) {
+        for ((fd, mut file), line) in tun_fds.iter().zip(files).zip(lines.iter_mut()) {
             let events = fd.revents();
             if events.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
                 return Err(RelayError::Io(io::Error::other("TUN device went away")));
@@ -192,6 +212,24 @@ fn relay(files: &[File], lines: &mut [DelayLine]) -> Result<(), RelayError> {
             }
         }
     }
+}
+
+/// Sets the timer to fire once after `wait` (zero: disarmed).
+fn arm(timer: &OwnedFd, wait: Duration) -> Result<(), RelayError> {
+    let value = Timespec {
+        tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let spec = Itimerspec {
+        it_interval: zero,
+        it_value: value,
+    };
+    timerfd_settime(timer, TimerfdTimerFlags::empty(), &spec).map_err(io::Error::from)?;
+    Ok(())
 }
 
 /// `struct ifreq` as TUNSETIFF reads it: the name, then the flags, padded to 40 bytes.

@@ -443,11 +443,15 @@ fn refuse_shared_nics(state: &State, target: FaultTarget, mode: FaultMode) -> Re
 /// Missing kernel features and tools get an error that says what is missing.
 fn explain_fault_error(mode: FaultMode, error: LabError) -> LabError {
     match (&mode, &error) {
-        (FaultMode::Delay { .. }, LabError::Command { .. }) => LabError::Invalid(format!(
-            "{mode} needs TUN devices and tc's ingress qdisc, u32 filter and mirred action \
+        (FaultMode::Delay { .. }, LabError::Command { command, .. })
+            if command.starts_with("tc ") =>
+        {
+            LabError::Invalid(format!(
+                "{mode} needs TUN devices and tc's ingress qdisc, u32 filter and mirred action \
              (CONFIG_TUN, CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_U32, CONFIG_NET_ACT_MIRRED): \
              {error}"
-        )),
+            ))
+        }
         (FaultMode::Loss { .. }, LabError::Command { stderr, .. })
             if stderr.contains("nft") && stderr.contains("No such file") =>
         {

@@ -417,7 +417,11 @@ fn loss_drops_that_share_of_packets_until_restored() {
             let argv: Vec<&str> = argv.split(' ').collect();
             let out = lab.output("host", &argv);
             let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-            if let Some(lost) = json["end"]["sum"]["lost_percent"].as_f64() {
+            // A run cut short (its TCP control connection lost too much) reports 0% of 0
+            // datagrams: only a completed run counts.
+            let sent = json["end"]["sum"]["packets"].as_u64().unwrap_or(0);
+            let lost = json["end"]["sum"]["lost_percent"].as_f64();
+            if let (true, Some(lost)) = (out.status.success() && sent > 0, lost) {
                 return lost;
             }
             last = String::from_utf8_lossy(&out.stdout).into_owned();
