@@ -130,7 +130,8 @@ impl FuseExport {
     /// Unmounts, waits for the session threads (the device is flushed as the session ends)
     /// and returns. If the file is still in use (a loop device on it), the error says so and
     /// the mount is detached lazily instead: gone from the directory tree, served until its
-    /// last user lets go. Blocking.
+    /// last user lets go. (A loop device detached a moment ago may still hold the file: the
+    /// kernel releases its backing file asynchronously.) Blocking.
     pub fn unmount(mut self) -> Result<(), ExportError> {
         let Some(session) = self.session.take() else {
             return Ok(());

@@ -57,9 +57,29 @@ impl Cleanup {
     fn undo_last(&mut self) {
         let step = self.steps.pop().expect("a step to undo");
         match &step {
-            Step::Umount(dir) => run(Command::new("umount").arg(dir)),
-            Step::Detach(dev) => run(Command::new("losetup").args(["-d", dev])),
-        };
+            Step::Umount(dir) => {
+                run(Command::new("umount").arg(dir));
+            }
+            Step::Detach(dev) => {
+                run(Command::new("losetup").args(["-d", dev]));
+                wait_released(dev);
+            }
+        }
+    }
+}
+
+/// The kernel lets go of a detached loop device's backing file asynchronously; until then the
+/// FUSE mount is busy. Polls the device's sysfs entry (bounded) for that to happen.
+fn wait_released(dev: &str) {
+    let name = dev.trim_start_matches("/dev/");
+    let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while backing.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{dev} still holds its backing file after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -72,6 +92,11 @@ impl Drop for Cleanup {
             }
             .map(|s| s.success())
             .unwrap_or(false);
+            if let (true, Step::Detach(dev)) = (ok, &step) {
+                if !std::thread::panicking() {
+                    wait_released(dev);
+                }
+            }
             if !ok {
                 if let Step::Umount(dir) = step {
                     let _ = Command::new("umount").arg("-l").arg(dir).status();

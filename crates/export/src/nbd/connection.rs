@@ -5,11 +5,13 @@
 
 use std::io::{self, IoSlice};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::handshake::{ExportInfo, Handshake, HandshakeError, Progress};
 use super::proto::{ErrorCode, ProtoError, Request, SimpleReply};
@@ -23,6 +25,10 @@ const READ_CHUNK: usize = 256 * 1024;
 const REPLY_BATCH: usize = 64;
 /// Budget unit for payload bytes in flight.
 const BUDGET_UNIT: u32 = 64 * 1024;
+/// A client gets this long to reach transmission, so idle sockets do not hold a slot forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long shutdown waits for a client that does not read its replies.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// What every connection of one export shares.
 #[derive(Debug)]
@@ -44,6 +50,10 @@ pub(crate) enum ConnectionError {
     Protocol(ProtoError),
     #[error("write payload of {0} bytes is too large")]
     PayloadTooLarge(u32),
+    #[error("no transmission after {HANDSHAKE_TIMEOUT:?} of option haggling")]
+    HandshakeTimeout,
+    #[error("client did not read its replies at shutdown")]
+    StuckAtShutdown,
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -63,12 +73,15 @@ struct Budget {
 }
 
 /// Runs one connection to its end. `shutdown` stops the reading of new requests; requests in
-/// flight are finished and answered before the connection closes.
+/// flight are finished and answered before the connection closes, unless the client stops
+/// reading its replies for longer than [`SHUTDOWN_GRACE`]. Request tasks run on `tasks`, so
+/// the server can wait for every device call to end.
 pub(crate) async fn run<R, W, D>(
     mut reader: R,
     mut writer: W,
     shared: Arc<Shared<D>>,
     shutdown: CancellationToken,
+    tasks: TaskTracker,
 ) -> Result<(), ConnectionError>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -76,44 +89,75 @@ where
     D: Device,
 {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
-    let mut handshake = Handshake::new(shared.export.clone());
+    let handshake = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake(&mut reader, &mut writer, &mut input, &shared.export),
+    );
+    let entered = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        entered = handshake => entered.map_err(|_| ConnectionError::HandshakeTimeout)??,
+    };
+    if !entered {
+        return Ok(());
+    }
+
+    let (replies, outgoing) = mpsc::channel(shared.max_in_flight.max(1));
+    let mut write_task = tokio::spawn(write_replies(writer, outgoing));
+    let result = read_requests(&mut reader, input, &shared, &replies, &shutdown, &tasks).await;
+    // The writer ends once this and every request task have dropped their senders, that is
+    // once every request in flight has been answered.
+    drop(replies);
+    let stuck = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let written = tokio::select! {
+        written = &mut write_task => written,
+        _ = stuck => {
+            // The client does not read its replies: drop them (request tasks then finish
+            // with nowhere to send) and close.
+            write_task.abort();
+            return Err(ConnectionError::StuckAtShutdown);
+        }
+    };
+    let written = written.map_err(|e| io::Error::other(format!("reply writer failed: {e}")))?;
+    result?;
+    written?;
+    Ok(())
+}
+
+/// Option haggling. True: transmission begins; false: the client left or aborted.
+async fn handshake<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    input: &mut BytesMut,
+    export: &ExportInfo,
+) -> Result<bool, ConnectionError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut handshake = Handshake::new(export.clone());
     loop {
-        let progress = handshake.handle(&mut input)?;
+        let progress = handshake.handle(input)?;
         writer.write_all(&handshake.take_output()).await?;
         match progress {
             Progress::NeedInput => {
-                let read = tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    read = reader.read_buf(&mut input) => read?,
-                };
-                if read == 0 {
-                    return Ok(());
+                if reader.read_buf(input).await? == 0 {
+                    return Ok(false);
                 }
             }
             Progress::Aborted => {
                 writer.shutdown().await.ok();
-                return Ok(());
+                return Ok(false);
             }
             Progress::Transmission(negotiated) => {
                 tracing::debug!(?negotiated, "NBD client entered transmission");
-                break;
+                writer.flush().await?;
+                return Ok(true);
             }
         }
     }
-    writer.flush().await?;
-
-    let (replies, outgoing) = mpsc::channel(shared.max_in_flight.max(1));
-    let write_task = tokio::spawn(write_replies(writer, outgoing));
-    let result = read_requests(&mut reader, input, &shared, &replies, &shutdown).await;
-    // The writer ends once this and every request task have dropped their senders, that is
-    // once every request in flight has been answered.
-    drop(replies);
-    let written = write_task
-        .await
-        .map_err(|e| io::Error::other(format!("reply writer failed: {e}")))?;
-    result?;
-    written?;
-    Ok(())
 }
 
 /// Reads, checks and dispatches requests until the client disconnects, shutdown, or a
@@ -124,6 +168,7 @@ async fn read_requests<R, D>(
     shared: &Arc<Shared<D>>,
     replies: &mpsc::Sender<Outgoing>,
     shutdown: &CancellationToken,
+    tasks: &TaskTracker,
 ) -> Result<(), ConnectionError>
 where
     R: AsyncRead + Unpin,
@@ -157,6 +202,7 @@ where
         let units = (request.length.div_ceil(BUDGET_UNIT)).clamp(1, shared.budget_units);
         let permit = tokio::select! {
             _ = replies.closed() => return Ok(()),
+            _ = shutdown.cancelled() => return Ok(()),
             permit = acquire(&requests, &budget, units) => permit,
         };
         if payload_len > 0 && !fill(reader, &mut input, payload_len, replies, shutdown).await? {
@@ -168,7 +214,7 @@ where
             Verdict::Run(action) => {
                 let shared = Arc::clone(shared);
                 let replies = replies.clone();
-                tokio::spawn(async move {
+                tasks.spawn(async move {
                     let (error, data) = execute(&shared.io, action, payload).await;
                     send(&replies, request.cookie, error, data, permit).await;
                 });

@@ -188,16 +188,17 @@ impl NbdServer {
             };
             let shared = Arc::clone(&shared);
             let cancel = cancel.clone();
+            let tasks = tracker.clone();
             tracker.spawn(async move {
                 tracing::debug!(%peer, "NBD client connected");
                 let result = match stream {
                     Stream::Tcp(stream) => {
                         let (r, w) = stream.into_split();
-                        connection::run(r, w, shared, cancel).await
+                        connection::run(r, w, shared, cancel, tasks).await
                     }
                     Stream::Unix(stream) => {
                         let (r, w) = stream.into_split();
-                        connection::run(r, w, shared, cancel).await
+                        connection::run(r, w, shared, cancel, tasks).await
                     }
                 };
                 match result {
