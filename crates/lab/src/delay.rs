@@ -18,7 +18,11 @@
 //!   delivers it to the local address it was sent to (`rp_filter` is off in lab namespaces).
 //! - Both ends of a link do this, so each direction is delayed once: a round trip grows by
 //!   2 x D. For a node, its own NICs redirect everything, and the NICs of the other namespaces
-//!   redirect what comes from the node's addresses (`u32 match ip src`).
+//!   redirect what comes from the node's addresses (`u32 match ip src`). In a mesh a link's
+//!   NICs also talk to NICs of other numbers, so those redirect what comes from the link's
+//!   addresses too.
+//! - Blackhole and loss rules also match the TUN devices (`iif dly-linkI`), so they combine
+//!   with a delay on other NICs; two delays may not share a NIC.
 //! - Shaping is untouched: tbf sits on the senders' egress, before the delay, so the rate limit
 //!   stays and the relay never needs a shaper of its own. Order is kept (one FIFO per NIC);
 //!   jitter (`delay=50ms/10ms`) draws each packet's delay from D ± J but never lets a packet
@@ -59,6 +63,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::fault::FaultActions;
+use crate::options::Topology;
 use crate::plan::{real_namespace, Cmd, Nic, Plan};
 use crate::relay::RelayArgs;
 
@@ -85,19 +90,31 @@ enum Selection {
     From(Vec<Ipv4Addr>),
 }
 
-/// The NICs (namespace, device) whose arriving packets a delay on these NICs and node
-/// addresses goes through: the NICs themselves, and every NIC of a namespace that receives
-/// from a failed node.
+/// The NICs (namespace, device) whose arriving packets a delay on these NICs goes through,
+/// and which packets: everything arriving on the NICs themselves, and at every NIC of another
+/// namespace what comes from them. The latter matters for a failed node, and in a mesh, where a
+/// NIC talks to every NIC of the other namespaces, not only to those with its number.
 fn selections(
     plan: &Plan,
     nics: &[&Nic],
     node_sources: &[(String, Ipv4Addr)],
 ) -> BTreeMap<(String, String), Selection> {
+    let mut sources = node_sources.to_vec();
+    if plan.options.topology == Topology::Mesh {
+        for nic in nics {
+            for ns in plan.namespaces.iter().filter(|ns| ns.short != "sw") {
+                if ns.short != nic.namespace && !sources.contains(&(ns.short.clone(), nic.address))
+                {
+                    sources.push((ns.short.clone(), nic.address));
+                }
+            }
+        }
+    }
     let mut chosen: BTreeMap<(String, String), Selection> = BTreeMap::new();
     for nic in nics {
         chosen.insert((nic.namespace.clone(), nic.device.clone()), Selection::All);
     }
-    for (namespace, address) in node_sources {
+    for (namespace, address) in &sources {
         for nic in plan.nics.iter().filter(|n| n.namespace == *namespace) {
             let entry = chosen
                 .entry((nic.namespace.clone(), nic.device.clone()))
@@ -110,8 +127,8 @@ fn selections(
     chosen
 }
 
-/// The NICs a delay fault takes over, as (namespace, device): no other fault may act on them
-/// while it is in force (their packets arrive on the TUN instead).
+/// The NICs a delay fault takes over, as (namespace, device): each gets an ingress qdisc and
+/// a TUN device of the fault's own.
 pub fn touched(
     plan: &Plan,
     nics: &[&Nic],

@@ -214,9 +214,10 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
     Ok((nics, node_sources))
 }
 
-/// The NICs, as (namespace, device), whose arriving packets a fault acts on. A delay takes
-/// its NICs' packets onto a TUN device, so it must not share a NIC with another fault.
-pub fn touched(
+/// The NICs, as (namespace, device), whose arriving packets a delay fault takes through its
+/// relays (none for other modes). Each such NIC gets an ingress qdisc of its own, so two
+/// delays may not share a NIC.
+pub fn delayed_nics(
     plan: &Plan,
     target: FaultTarget,
     mode: FaultMode,
@@ -224,10 +225,7 @@ pub fn touched(
     let (nics, node_sources) = affected(plan, target)?;
     Ok(match mode {
         FaultMode::Delay { .. } => delay::touched(plan, &nics, &node_sources),
-        _ => nics
-            .iter()
-            .map(|n| (n.namespace.clone(), n.device.clone()))
-            .collect(),
+        _ => Vec::new(),
     })
 }
 
@@ -262,8 +260,11 @@ pub fn actions(plan: &Plan, target: FaultTarget, mode: FaultMode) -> Result<Faul
                     list.push(plan.ip_cmd(ns, args));
                 }
             };
+            // A delay elsewhere may hand this NIC's packets in through its TUN device: drop
+            // those too (a rule for a device that does not exist matches nothing).
             for nic in &nics {
                 rule(&nic.namespace, ["iif", &nic.device]);
+                rule(&nic.namespace, ["iif", &delay::tun_name(&nic.device)]);
             }
             for (ns, address) in &node_sources {
                 rule(ns, ["from", &address.to_string()]);
@@ -275,10 +276,9 @@ pub fn actions(plan: &Plan, target: FaultTarget, mode: FaultMode) -> Result<Faul
             let mut namespaces: Vec<&str> = Vec::new();
             let mut rules: Vec<(&str, [String; 2])> = Vec::new();
             for nic in &nics {
-                rules.push((
-                    nic.namespace.as_str(),
-                    ["iifname".into(), nic.device.clone()],
-                ));
+                for device in [nic.device.clone(), delay::tun_name(&nic.device)] {
+                    rules.push((nic.namespace.as_str(), ["iifname".into(), device]));
+                }
             }
             for (ns, address) in &node_sources {
                 rules.push((ns.as_str(), ["ip saddr".into(), address.to_string()]));

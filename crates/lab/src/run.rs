@@ -411,11 +411,12 @@ fn apply(
         .try_for_each(|cmd| run_cmd(cmd).map(drop))
 }
 
-/// A delay moves its NICs' packets onto TUN devices, where another fault's `iif` rules or
-/// ingress qdisc would miss them or collide: a delay shares no NIC with another fault.
+/// Each NIC a delay takes over gets an ingress qdisc of its own: two delays may not share a
+/// NIC. (Blackhole and loss also match packets a delay hands in through its TUN devices, so
+/// they combine with a delay.)
 fn refuse_shared_nics(state: &State, target: FaultTarget, mode: FaultMode) -> Result<(), LabError> {
     let plan = &state.plan;
-    let ours = fault::touched(plan, target, mode).map_err(LabError::Invalid)?;
+    let ours = fault::delayed_nics(plan, target, mode).map_err(LabError::Invalid)?;
     for active in &state.faults {
         let (Ok(their_target), Ok(their_mode)) = (
             active.target.parse::<FaultTarget>(),
@@ -423,17 +424,13 @@ fn refuse_shared_nics(state: &State, target: FaultTarget, mode: FaultMode) -> Re
         ) else {
             continue;
         };
-        let delay = |m: FaultMode| matches!(m, FaultMode::Delay { .. });
-        if !delay(mode) && !delay(their_mode) {
-            continue;
-        }
-        let theirs = fault::touched(plan, their_target, their_mode).unwrap_or_default();
+        let theirs = fault::delayed_nics(plan, their_target, their_mode).unwrap_or_default();
         if let Some((ns, device)) = ours.iter().find(|nic| theirs.contains(nic)) {
             let name = &plan.options.name;
             return Err(LabError::Invalid(format!(
-                "{target} ({mode}) would share {device} of {ns} with the fault on \
-                 {their_target} ({their_mode}), and a delay cannot share a NIC with another \
-                 fault; restore it first with `lanes lab restore {name} {their_target}`"
+                "{target} ({mode}) would share {device} of {ns} with the delay on \
+                 {their_target} ({their_mode}), and two delays cannot share a NIC; restore it \
+                 first with `lanes lab restore {name} {their_target}`"
             )));
         }
     }

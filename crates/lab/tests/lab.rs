@@ -3,7 +3,7 @@
 //! behind. They need root, ip, tc and iperf3, and fail (with a message) without them. Every lab
 //! has a unique name and is removed by a guard, even when an assertion fails.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddrV4;
 use std::os::fd::AsFd as _;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -83,28 +83,27 @@ impl Lab {
     /// the peer refuses with a reset, so it takes exactly one round trip (SYN out, RST back).
     /// Measured from a thread that joins the namespace, so no process start-up is counted.
     fn round_trips(&self, namespace: &str, address: &str, count: usize) -> Vec<Duration> {
+        self.probes(namespace, None, address, count)
+            .into_iter()
+            .map(|probe| probe.unwrap_or_else(|e| panic!("probe to {address}: {e}")))
+            .collect()
+    }
+
+    /// Like [`Lab::round_trips`], from SOURCE (an address of NAMESPACE, so the packets leave
+    /// through that NIC). A probe that gets no answer in 2 s is an error.
+    fn probes(
+        &self,
+        namespace: &str,
+        source: Option<&str>,
+        address: &str,
+        count: usize,
+    ) -> Vec<Result<Duration, String>> {
         let path = format!("/run/netns/lanes-{}-{namespace}", self.name);
-        let address: SocketAddr = format!("{address}:9").parse().unwrap();
+        let source: Option<SocketAddrV4> = source.map(|s| format!("{s}:0").parse().unwrap());
+        let target: SocketAddrV4 = format!("{address}:9").parse().unwrap();
         std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).unwrap();
-            rustix::thread::move_into_link_name_space(
-                ns.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            (0..count)
-                .map(|_| {
-                    let start = Instant::now();
-                    let err = TcpStream::connect_timeout(&address, Duration::from_secs(3))
-                        .expect_err("nothing listens on port 9");
-                    assert_eq!(
-                        err.kind(),
-                        std::io::ErrorKind::ConnectionRefused,
-                        "{address}: {err}"
-                    );
-                    start.elapsed()
-                })
-                .collect()
+            join_namespace(&path);
+            (0..count).map(|_| probe(source, target)).collect()
         })
         .join()
         .unwrap()
@@ -527,6 +526,100 @@ fn delay_adds_twice_the_delay_to_a_round_trip_until_restored() {
 }
 
 #[test]
+fn a_delay_with_jitter_keeps_packets_in_order() {
+    require_lab();
+    let lab = Lab::up("dlyorder", Topology::Pathing, 1);
+    fail(&lab.name, "link1", "delay=10ms/5ms").unwrap();
+    const COUNT: u64 = 3000;
+    // A receiver in node1 and a sender in host, each a thread that joined its namespace.
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let node = format!("/run/netns/lanes-{}-node1", lab.name);
+    let receiver = std::thread::spawn(move || {
+        join_namespace(&node);
+        let socket = std::net::UdpSocket::bind("10.77.1.2:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        port_tx.send(socket.local_addr().unwrap().port()).unwrap();
+        let mut received = Vec::new();
+        let mut buffer = [0u8; 8];
+        while let Ok(8) = socket.recv(&mut buffer) {
+            received.push(u64::from_be_bytes(buffer));
+            if received.last() == Some(&(COUNT - 1)) {
+                break;
+            }
+        }
+        received
+    });
+    let port = port_rx.recv().unwrap();
+    let host = format!("/run/netns/lanes-{}-host", lab.name);
+    std::thread::spawn(move || {
+        join_namespace(&host);
+        let socket = std::net::UdpSocket::bind("10.77.1.1:0").unwrap();
+        for seq in 0..COUNT {
+            socket
+                .send_to(&seq.to_be_bytes(), ("10.77.1.2", port))
+                .unwrap();
+            // Paced (about 30k datagrams/s) so that the receiver's socket buffer keeps up.
+            if seq % 100 == 99 {
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    let received = receiver.join().unwrap();
+    eprintln!(
+        "{} of {COUNT} datagrams through delay=10ms/5ms",
+        received.len()
+    );
+    // Sent every ~30 us with delays drawn from 5..15 ms: without the order rule most would
+    // overtake each other.
+    assert!(
+        received.windows(2).all(|w| w[0] < w[1]),
+        "reordered: {:?}",
+        received.windows(2).find(|w| w[0] >= w[1])
+    );
+    assert!(
+        received.len() as u64 >= COUNT * 9 / 10,
+        "{}",
+        received.len()
+    );
+}
+
+/// One TCP connect from SOURCE to TARGET, where nothing listens: the time until the reset.
+fn probe(source: Option<SocketAddrV4>, target: SocketAddrV4) -> Result<Duration, String> {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    if let Some(source) = source {
+        rustix::net::bind_v4(&socket, &source).unwrap();
+    }
+    // A blocking connect gives up after the send timeout.
+    sockopt::set_socket_timeout(
+        &socket,
+        sockopt::Timeout::Send,
+        Some(Duration::from_secs(2)),
+    )
+    .unwrap();
+    let start = Instant::now();
+    match rustix::net::connect_v4(&socket, &target) {
+        Err(rustix::io::Errno::CONNREFUSED) => Ok(start.elapsed()),
+        Err(e) => Err(format!("{e} after {:?}", start.elapsed())),
+        Ok(()) => Err("connected: something listens on port 9".into()),
+    }
+}
+
+/// Moves the calling thread into the network namespace at PATH.
+fn join_namespace(path: &str) {
+    let ns = std::fs::File::open(path).unwrap();
+    rustix::thread::move_into_link_name_space(
+        ns.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .unwrap();
+}
+
+#[test]
 fn a_delay_keeps_up_with_a_1gbit_link() {
     require_lab();
     let lab = Lab::up("dlyrate", Topology::Pathing, 1);
@@ -566,8 +659,8 @@ fn down_with_a_node_delay_leaves_no_relay_device_route_or_namespace() {
     );
     let undelayed = millis(&lab.round_trips("host", "10.77.0.201", 3));
     assert!(undelayed.iter().all(|ms| *ms < 5.0), "node2: {undelayed:?}");
-    // The delay owns node1's NICs and the NICs that hear from it.
-    let err = fail(&lab.name, "link1", "blackhole").unwrap_err();
+    // The delay owns node1's NICs and the NICs that hear from it: no second delay there.
+    let err = fail(&lab.name, "link1", "delay=5ms").unwrap_err();
     assert!(err.to_string().contains("cannot share a NIC"), "{err}");
 
     let state = lanes_lab::state(&lab.name).unwrap();
@@ -666,6 +759,32 @@ fn a_mesh_of_four_host_nics_and_two_storage_nics_carries_traffic() {
             "{device} sent {sent} bytes, iperf3 moved {bytes}"
         );
     }
+
+    // A delay on link3 (a host NIC only) delays both directions of its talk with node1's
+    // NICs, though they have other numbers; link4 is untouched.
+    fail(&lab.name, "link3", "delay=5ms").unwrap();
+    let ms = |probes: Vec<Result<Duration, String>>| -> Vec<f64> {
+        probes
+            .into_iter()
+            .map(|p| p.unwrap().as_secs_f64() * 1e3)
+            .collect()
+    };
+    let delayed = ms(lab.probes("host", Some("10.77.0.13"), "10.77.0.101", 3));
+    let direct = ms(lab.probes("host", Some("10.77.0.14"), "10.77.0.101", 3));
+    eprintln!("mesh, link3 delay=5ms: via link3 {delayed:?} ms, via link4 {direct:?} ms");
+    assert!(
+        delayed.iter().all(|t| (9.5..30.0).contains(t)),
+        "{delayed:?}"
+    );
+    assert!(direct.iter().all(|t| *t < 5.0), "{direct:?}");
+    // A blackhole on link1 also drops what the delay hands in to node1's link1.
+    fail(&lab.name, "link1", "blackhole").unwrap();
+    let lost = lab.probes("host", Some("10.77.0.13"), "10.77.0.101", 1);
+    assert!(lost[0].is_err(), "link1 is blackholed: {lost:?}");
+    let other = ms(lab.probes("host", Some("10.77.0.13"), "10.77.0.102", 1));
+    assert!((9.5..30.0).contains(&other[0]), "{other:?}");
+    lanes_lab::restore(&lab.name, "all").unwrap();
+
     let down = lanes_lab::down(&lab.name).unwrap();
     assert_eq!(down.namespaces.len(), 3, "host, node1, sw");
     let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();

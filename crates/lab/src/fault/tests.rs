@@ -64,14 +64,19 @@ fn link_blackhole_drops_on_both_ends_and_undoes_itself() {
         lines(&actions.apply),
         [
             "ip -n lanes-t-host rule add pref 10 iif link2 blackhole",
+            // What a delay would hand in through its TUN is dropped too.
+            "ip -n lanes-t-host rule add pref 10 iif dly-link2 blackhole",
             "ip -n lanes-t-node1 rule add pref 10 iif link2 blackhole",
+            "ip -n lanes-t-node1 rule add pref 10 iif dly-link2 blackhole",
         ]
     );
     assert_eq!(
         lines(&actions.undo),
         [
             "ip -n lanes-t-host rule del pref 10 iif link2 blackhole",
+            "ip -n lanes-t-host rule del pref 10 iif dly-link2 blackhole",
             "ip -n lanes-t-node1 rule del pref 10 iif link2 blackhole",
+            "ip -n lanes-t-node1 rule del pref 10 iif dly-link2 blackhole",
         ]
     );
 }
@@ -110,6 +115,9 @@ fn loss_uses_one_nft_table_per_fault() {
     let apply = lines(&actions.apply);
     assert!(apply.contains(
         &"ip netns exec lanes-t-host nft add rule inet lanes_link1 faults iifname link1 numgen random mod 100 < 5 drop".into()
+    ));
+    assert!(apply.contains(
+        &"ip netns exec lanes-t-node1 nft add rule inet lanes_link1 faults iifname dly-link1 numgen random mod 100 < 5 drop".into()
     ));
     assert_eq!(
         lines(&actions.undo),
@@ -191,10 +199,38 @@ fn a_node_delay_also_catches_what_the_node_sends() {
     // The switch forwards; it neither delays nor runs a relay.
     assert!(!apply.iter().any(|l| l.contains("lanes-t-sw")));
     assert_eq!(actions.undo.len(), 6);
-    let nics = touched(&plan, FaultTarget::Node(1), mode).unwrap();
+    let nics = delayed_nics(&plan, FaultTarget::Node(1), mode).unwrap();
     assert_eq!(nics.len(), 6);
-    let blackhole = touched(&plan, FaultTarget::Link(1), FaultMode::Blackhole).unwrap();
-    assert_eq!(blackhole.len(), 3, "host, node1 and node2 link1");
+    let blackhole = delayed_nics(&plan, FaultTarget::Link(1), FaultMode::Blackhole).unwrap();
+    assert!(blackhole.is_empty());
+}
+
+#[test]
+fn a_mesh_link_delay_also_catches_what_the_link_sends_to_other_numbers() {
+    let mesh = plan(Topology::Mesh, 1);
+    let mode = "delay=5ms".parse().unwrap();
+    let actions = actions(&mesh, FaultTarget::Link(1), mode).unwrap();
+    let apply = lines(&actions.apply);
+    let redirect = |ns: &str, device: &str, selector: &str| {
+        format!(
+            "tc -n lanes-t-{ns} filter add dev {device} parent ffff: protocol ip prio 1 u32 \
+             match {selector} action mirred egress redirect dev dly-{device}"
+        )
+    };
+    for line in [
+        redirect("host", "link1", "u32 0 0"),
+        redirect("node1", "link1", "u32 0 0"),
+        // host link1 -> node1 link2 and node1 link1 -> host link2.
+        redirect("node1", "link2", "ip src 10.77.0.11/32"),
+        redirect("host", "link2", "ip src 10.77.0.101/32"),
+    ] {
+        assert!(apply.contains(&line), "{line} missing from {apply:#?}");
+    }
+    assert_eq!(apply.iter().filter(|l| l.contains("filter add")).count(), 4);
+    // In pathing a link's traffic stays on its own NICs.
+    let pathing = plan(Topology::Pathing, 1);
+    let actions = super::actions(&pathing, FaultTarget::Link(1), mode).unwrap();
+    assert!(!lines(&actions.apply).iter().any(|l| l.contains("link2")));
 }
 
 #[test]
@@ -212,7 +248,10 @@ fn a_link_missing_on_the_storage_side_of_a_mesh_is_host_only() {
     let actions = actions(&plan, FaultTarget::Link(3), FaultMode::Blackhole).unwrap();
     assert_eq!(
         lines(&actions.apply),
-        ["ip -n lanes-t-host rule add pref 10 iif link3 blackhole"]
+        [
+            "ip -n lanes-t-host rule add pref 10 iif link3 blackhole",
+            "ip -n lanes-t-host rule add pref 10 iif dly-link3 blackhole"
+        ]
     );
     let err = super::actions(&plan, FaultTarget::Link(5), FaultMode::Down).unwrap_err();
     assert!(err.contains("link1..link4"), "{err}");
