@@ -54,7 +54,7 @@
 //! | fault | round trip (TCP SYN -> RST) | iperf3 |
 //! |---|---|---|
 //! | none | 0.02 ms | 957 Mbit/s |
-//! | delay=1ms | 2.2 ms | 943 Mbit/s (release build; 905-953 debug) |
+//! | delay=1ms | 2.2 ms | 850-953 Mbit/s (debug or release build; lower while other builds run) |
 //! | delay=50ms | 100.4 ms | 205-236 Mbit/s, 0 retransmits: one stream is held by its 4 MiB send buffer (4 MiB per 100 ms round trip); 8 streams 800-846 Mbit/s |
 //! | delay=20ms/10ms | 27-60 ms | |
 

@@ -48,8 +48,10 @@
 //! - `loss=P%`: an nftables table per fault with `numgen random mod 100 < P drop` on ingress;
 //!   this needs the `nft` tool (Debian package `nftables`).
 //! - `delay=D` (or `delay=D/J` with jitter): every IP packet arriving on the affected NICs
-//!   is redirected by tc to a TUN device, held by a relay process for D and handed back, in
-//!   order, with a bounded queue; no netem needed (see [`delay`]).
+//!   is redirected by tc to a TUN device `dly-linkI`, held by a relay process for D and handed
+//!   back, in order, with a bounded queue; no netem needed (see [`delay`]). Blackhole and loss
+//!   also match `dly-linkI`, so they still act on packets a delay hands in; two delays may not
+//!   share a NIC. The relays' pids are in the state file; `restore` and `down` stop them.
 //!
 //! # State
 //!

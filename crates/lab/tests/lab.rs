@@ -627,7 +627,8 @@ fn a_delay_keeps_up_with_a_1gbit_link() {
     // 1 ms: the round trip is short enough for one stream's windows, so what limits the rate
     // is the relays (two system calls per packet) and the shaper.
     fail(&lab.name, "link1", "delay=1ms").unwrap();
-    let ok = |r: f64| r >= 0.8 * GBIT;
+    // Measured 850-950 Mbit/s (957 without the delay); the margin is for a loaded machine.
+    let ok = |r: f64| r >= 0.75 * GBIT;
     let rate = measure_until(3, ok, || lab.iperf("10.77.1.2", 1, 3).0);
     eprintln!("iperf3 over delay=1ms: {:.1} Mbit/s", rate / 1e6);
     assert!(
