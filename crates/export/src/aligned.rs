@@ -1,7 +1,7 @@
 //! Byte-granular access to a [`Device`]: reads of the covering blocks, sliced; writes and
 //! zeroing with read-modify-write of the partial edge blocks; requests larger than
-//! [`Device::max_io`] split. Every write-type request holds its covering blocks in a
-//! [`RangeLock`] while it runs, so two clients writing into the same block one after the other
+//! [`Device::max_io`] split. Every write-type request holds its covering blocks in a range
+//! lock while it runs, so two clients writing different bytes of one block at the same time
 //! both land, and a block is never a mix of two read-modify-writes.
 
 use std::io;

@@ -3,7 +3,7 @@
 //!
 //! - [`NbdServer`] serves one export on a unix socket or a loopback TCP port; the protocol
 //!   itself lives in the sans-IO [`nbd::proto`] (messages) and [`nbd::handshake`] (option
-//!   haggling) modules, the tokio driver in [`nbd::server`] and [`nbd::connection`].
+//!   haggling) modules, the tokio driver in [`nbd::server`] and `nbd::connection`.
 //! - [`FuseExport`] mounts a directory holding one regular file, `disk`.
 //! - [`aligned`] turns byte-granular requests into block-aligned device calls (read-modify-write
 //!   of edge blocks under a range lock); both exports go through it.

@@ -1,5 +1,5 @@
 //! The NBD listener: binds a unix socket or a loopback TCP port, accepts clients and runs a
-//! [`connection`](super::connection) task for each until shutdown.
+//! connection task for each until shutdown.
 
 use std::fmt;
 use std::future::Future;
@@ -208,12 +208,12 @@ impl NbdServer {
                 drop(slot);
             });
         }
+        // Stop accepting now: new clients are refused instead of queueing while the others
+        // finish.
+        drop(self);
         cancel.cancel();
         tracker.close();
         tracker.wait().await;
-        if let Listener::Unix(_, path) = &self.listener {
-            std::fs::remove_file(path).ok();
-        }
         shared
             .io
             .flush()
@@ -233,6 +233,15 @@ impl NbdServer {
                 let (stream, _) = listener.accept().await?;
                 Ok((Stream::Unix(stream), format!("unix:{}", path.display())))
             }
+        }
+    }
+}
+
+impl Drop for NbdServer {
+    /// Closes the listener and removes the unix socket file it created.
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = &self.listener {
+            std::fs::remove_file(path).ok();
         }
     }
 }
