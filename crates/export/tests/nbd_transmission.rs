@@ -338,3 +338,38 @@ fn concurrent_overlapping_unaligned_writers_never_tear_a_block() {
         }
     });
 }
+
+/// With at most 4 requests in flight, a fifth waits behind 4 stuck ones (it would be answered
+/// at once otherwise, see `pipelined_requests_complete_out_of_order`).
+#[test]
+fn requests_in_flight_are_bounded() {
+    let dev = TestDevice::new(memory(512), Some(0), false);
+    let options = NbdOptions {
+        max_in_flight: 4,
+        ..NbdOptions::default()
+    };
+    let served = Served::with_options(Arc::new(dev), On::Unix, options);
+    served.runtime.block_on(async {
+        let mut c = Client::connect(&served.addr).await;
+        let mut stuck = Vec::new();
+        for _ in 0..4 {
+            stuck.push(c.submit(Command::READ, 0, 0, 512, &[]).await);
+        }
+        let free = c.submit(Command::READ, 0, 4096, 512, &[]).await;
+        let early = tokio::time::timeout(std::time::Duration::from_millis(300), c.reply()).await;
+        assert!(
+            early.is_err(),
+            "a fifth request ran while four were in flight"
+        );
+        served.dev.open_gate();
+        let mut answered = Vec::new();
+        for _ in 0..5 {
+            let (cookie, error, _) = c.reply().await;
+            assert_eq!(error, ErrorCode::OK);
+            answered.push(cookie);
+        }
+        answered.sort_unstable();
+        stuck.push(free);
+        assert_eq!(answered, stuck);
+    });
+}

@@ -199,7 +199,12 @@ where
             verdict => verdict,
         };
         // Budget first, then the payload: a connection never buffers more than its budget.
-        let units = (request.length.div_ceil(BUDGET_UNIT)).clamp(1, shared.budget_units);
+        // Only read data and write payloads are held in memory.
+        let held = match verdict {
+            Verdict::Run(Action::Read { length, .. }) => length,
+            _ => request.payload_len(),
+        };
+        let units = held.div_ceil(BUDGET_UNIT).clamp(1, shared.budget_units);
         let permit = tokio::select! {
             _ = replies.closed() => return Ok(()),
             _ = shutdown.cancelled() => return Ok(()),
