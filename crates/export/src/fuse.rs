@@ -131,7 +131,9 @@ impl FuseExport {
     /// and returns. If the file is still in use (a loop device on it), the error says so and
     /// the mount is detached lazily instead: gone from the directory tree, served until its
     /// last user lets go. (A loop device detached a moment ago may still hold the file: the
-    /// kernel releases its backing file asynchronously.) Blocking.
+    /// kernel releases its backing file asynchronously.) Blocking: on a runtime, call it from
+    /// `spawn_blocking` (the final device flush runs on the runtime and is given up after 10 s
+    /// if the runtime cannot run it).
     pub fn unmount(mut self) -> Result<(), ExportError> {
         let Some(session) = self.session.take() else {
             return Ok(());
@@ -238,11 +240,18 @@ impl<D: Device> Filesystem for DiskFs<D> {
     }
 
     fn destroy(&mut self) {
-        // The session is over: make everything written durable (this runs on the session's
-        // own thread, never inside the runtime).
+        // The session is over: make everything written durable. Every close already sent a
+        // flush, so this is a last safety net; it is bounded, because the runtime may be busy
+        // (or, single-threaded, blocked in the very `unmount` call that got us here).
         let io = Arc::clone(&self.io);
-        if let Err(e) = self.runtime.block_on(async move { io.flush().await }) {
-            tracing::warn!(error = %e, "flushing the device at FUSE unmount failed");
+        let (done, result) = std::sync::mpsc::channel();
+        self.runtime.spawn(async move {
+            let _ = done.send(io.flush().await);
+        });
+        match result.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "flushing the device at FUSE unmount failed"),
+            Err(_) => tracing::warn!("no device flush at FUSE unmount: the runtime did not run it"),
         }
     }
 
