@@ -3,6 +3,7 @@
 mod attach;
 mod banner;
 mod bench;
+mod doctor;
 mod lab;
 mod serve;
 mod status;
@@ -40,6 +41,8 @@ enum Command {
     Attach(attach::AttachArgs),
     /// Benchmark an iSCSI target with the seeds' patterns (IOPS, MB/s, latency).
     Bench(bench::BenchArgs),
+    /// Check a target's portals and paths; print the host configuration that works.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -83,6 +86,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Lab(args) => lab::run(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,
+            Command::Doctor(args) => doctor::run(args).await,
         }
     })
 }
