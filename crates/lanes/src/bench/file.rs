@@ -174,31 +174,38 @@ fn run_worker(file: &File, job: Job) -> anyhow::Result<TaskResult> {
     let mut write_buf = AlignedBuf::new(job.pattern.block);
     // Without --verify one buffer of noise serves every write.
     fill_verified(write_buf.get_mut(), 0, job.block_size, job.seed);
+    // One clock read per I/O: an I/O's end is the next one's start, except after --verify's
+    // checks.
+    let mut began = Instant::now();
     while !job.stop.load(Ordering::Relaxed) {
         let io = stream.next_io();
         let offset = io.lba * bs;
-        let began = Instant::now();
+        let mut stamp = 0;
         if io.read {
             file.read_exact_at(read_buf.get_mut(), offset)
                 .with_context(|| format!("read at offset {offset}"))?;
-            if let Some(oracle) = &job.oracle {
-                result.verify_errors +=
-                    count_bad_blocks(read_buf.get(), io.lba, job.block_size, |l| {
-                        oracle.expected(l)
-                    });
-            }
         } else {
-            let stamp = stream.stamp();
             if job.oracle.is_some() {
+                stamp = stream.stamp();
                 fill_verified(write_buf.get_mut(), io.lba, job.block_size, stamp);
             }
             file.write_all_at(write_buf.get(), offset)
                 .with_context(|| format!("write at offset {offset}"))?;
-            if let Some(oracle) = &job.oracle {
+        }
+        let done = Instant::now();
+        result.record(&job, io.read, done.saturating_duration_since(began));
+        began = done;
+        if let Some(oracle) = &job.oracle {
+            if io.read {
+                result.verify_errors +=
+                    count_bad_blocks(read_buf.get(), io.lba, job.block_size, |l| {
+                        oracle.expected(l)
+                    });
+            } else {
                 oracle.record(io.lba, per_io, stamp);
             }
+            began = Instant::now();
         }
-        result.record(&job, io.read, began);
     }
     Ok(result)
 }

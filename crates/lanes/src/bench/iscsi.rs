@@ -28,21 +28,20 @@ async fn run_task(session: Arc<Session>, job: Job) -> anyhow::Result<TaskResult>
     let mut noise = vec![0u8; job.pattern.block];
     fill_verified(&mut noise, 0, job.block_size, job.seed);
     let noise = Bytes::from(noise);
+    // One clock read per I/O: an I/O's end is the next one's start (what lies between, picking
+    // the next offset, is part of issuing it), except after --verify's checks.
+    let mut began = Instant::now();
     while !job.stop.load(Ordering::Relaxed) {
         let io = stream.next_io();
         let lba = io.lba;
-        let began = Instant::now();
-        if io.read {
-            let data = session
+        let mut stamp = 0;
+        let data = if io.read {
+            session
                 .read(lba, per_io as u32)
                 .await
-                .with_context(|| format!("read at LBA {lba}"))?;
-            if let Some(oracle) = &job.oracle {
-                result.verify_errors +=
-                    count_bad_blocks(&data, lba, job.block_size, |l| oracle.expected(l));
-            }
+                .with_context(|| format!("read at LBA {lba}"))?
         } else {
-            let stamp = stream.stamp();
+            stamp = stream.stamp();
             let data = if job.oracle.is_some() {
                 let mut b = BytesMut::zeroed(job.pattern.block);
                 fill_verified(&mut b, lba, job.block_size, stamp);
@@ -54,11 +53,20 @@ async fn run_task(session: Arc<Session>, job: Job) -> anyhow::Result<TaskResult>
                 .write_bytes(lba, data)
                 .await
                 .with_context(|| format!("write at LBA {lba}"))?;
-            if let Some(oracle) = &job.oracle {
+            Bytes::new()
+        };
+        let done = Instant::now();
+        result.record(&job, io.read, done.saturating_duration_since(began));
+        began = done;
+        if let Some(oracle) = &job.oracle {
+            if io.read {
+                result.verify_errors +=
+                    count_bad_blocks(&data, lba, job.block_size, |l| oracle.expected(l));
+            } else {
                 oracle.record(lba, per_io, stamp);
             }
+            began = Instant::now();
         }
-        result.record(&job, io.read, began);
     }
     Ok(result)
 }

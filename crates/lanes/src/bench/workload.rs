@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::{json, Value};
@@ -181,9 +181,9 @@ impl TaskResult {
         }
     }
 
-    /// Accounts one finished I/O that began at `began`.
-    pub fn record(&mut self, job: &Job, read: bool, began: Instant) {
-        self.hist.record(began.elapsed());
+    /// Accounts one finished I/O that took `latency`.
+    pub fn record(&mut self, job: &Job, read: bool, latency: Duration) {
+        self.hist.record(latency);
         if read {
             self.reads += 1;
         } else {
