@@ -74,3 +74,18 @@ pub fn login_status_text(class: u8, detail: u8) -> String {
     };
     format!("{what} (status class {class:#04x}, detail {detail:#04x})")
 }
+
+/// An error with its causes, `: `-separated, for one-line messages.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}

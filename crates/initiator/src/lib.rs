@@ -16,7 +16,7 @@ pub mod multipath;
 mod session;
 mod url;
 
-pub use error::Error;
+pub use error::{chain, Error};
 pub use identify::{DeviceIdentity, PortGroupState};
 pub use login::{ChapSecret, Negotiated, Offer};
 pub use multipath::{Multipath, MultipathConfig, MultipathStatus, PortalConfig};

@@ -168,7 +168,7 @@ impl Inner {
                         continue;
                     }
                 },
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => crate::chain(&e),
                 Err(_) => format!(
                     "a command got no answer within {} ms",
                     self.config.health.command_timeout.as_millis()

@@ -146,7 +146,11 @@ impl Multipath {
             let reasons: Vec<String> = slots
                 .iter()
                 .zip(&logins)
-                .filter_map(|(s, l)| l.as_ref().err().map(|e| format!("{}: {e}", s.portal)))
+                .filter_map(|(s, l)| {
+                    l.as_ref()
+                        .err()
+                        .map(|e| format!("{}: {}", s.portal, crate::chain(e)))
+                })
                 .collect();
             return Err(Error::NoPathAtAttach(reasons.join("; ")));
         };
@@ -181,7 +185,7 @@ impl Multipath {
                     kept.push(slot);
                 }
                 Err(e) => {
-                    warn!(portal = %slot.portal, "path not logged in yet: {e}");
+                    warn!(portal = %slot.portal, "path not logged in yet: {}", crate::chain(&e));
                     sessions.push((kept.len(), None));
                     kept.push(slot);
                 }

@@ -38,7 +38,16 @@ async fn portals(
                 url.target
             ),
         },
-        Err(e) => warn!("discovery on {first} failed ({e}); using the given portals only"),
+        Err(e) if args.portals.is_empty() => {
+            bail!(
+                "discovery on {first} failed: {}",
+                lanes_initiator::chain(&e)
+            )
+        }
+        Err(e) => warn!(
+            "discovery on {first} failed ({}); using the given portals only",
+            lanes_initiator::chain(&e)
+        ),
     }
     if !found.iter().any(|(a, _)| *a == first) {
         // The portal we were given answers even when SendTargets lists it under another address.

@@ -11,7 +11,11 @@ use std::time::Duration;
 /// A `lanes serve` child process, killed with SIGKILL on drop.
 pub struct Served {
     pub child: Child,
+    /// The first portal.
     pub portal: SocketAddr,
+    /// Every portal, in banner order.
+    #[allow(dead_code)]
+    pub portals: Vec<SocketAddr>,
     pub target: String,
 }
 
@@ -22,17 +26,21 @@ impl Drop for Served {
     }
 }
 
+#[allow(dead_code)]
 pub fn serve(dir: &Path) -> Served {
+    serve_on(dir, &["127.0.0.1:0"])
+}
+
+/// `lanes serve` with one portal per address (port 0: each gets a free port).
+pub fn serve_on(dir: &Path, portals: &[&str]) -> Served {
     let lun = format!("{},size=64M", dir.join("disk.img").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args([
-            "serve",
-            "--portal",
-            "127.0.0.1:0",
-            "--lun",
-            &lun,
-            "--data-dir",
-        ])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    cmd.arg("serve");
+    for p in portals {
+        cmd.args(["--portal", p]);
+    }
+    let mut child = cmd
+        .args(["--lun", &lun, "--data-dir"])
         .arg(dir.join("data"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -42,27 +50,30 @@ pub fn serve(dir: &Path) -> Served {
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut portal = None;
+        let mut portals: Vec<SocketAddr> = Vec::new();
         let mut target = None;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["Target", name] => target = Some(name.to_string()),
-                ["portal", addr, "TPGT", _] if portal.is_none() => portal = addr.parse().ok(),
+                ["portal", addr, "TPGT", _] => portals.extend(addr.parse::<SocketAddr>().ok()),
                 _ => {}
             }
-            if let (Some(p), Some(t), true) = (portal, &target, line.starts_with("Status:")) {
-                let _ = tx.send((p, t.clone()));
+            if let (false, Some(t), true) =
+                (portals.is_empty(), &target, line.starts_with("Status:"))
+            {
+                let _ = tx.send((portals.clone(), t.clone()));
             }
         }
     });
-    let (portal, target) = rx
+    let (portals, target) = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("banner with portal and target within 60 s");
     Served {
         child,
-        portal,
+        portal: portals[0],
+        portals,
         target,
     }
 }
