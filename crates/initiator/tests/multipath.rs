@@ -66,6 +66,10 @@ impl Server {
 }
 
 fn config(portals: &[SocketAddr]) -> MultipathConfig {
+    config_for(TARGET, 0, portals)
+}
+
+fn config_for(target: &str, lun: u64, portals: &[SocketAddr]) -> MultipathConfig {
     let portals = portals
         .iter()
         .map(|&addr| PortalConfig {
@@ -75,7 +79,9 @@ fn config(portals: &[SocketAddr]) -> MultipathConfig {
             priority: 0,
         })
         .collect();
-    let mut c = MultipathConfig::new(TARGET, portals, LoginOptions::new(INITIATOR));
+    let mut login = LoginOptions::new(INITIATOR);
+    login.lun = lun;
+    let mut c = MultipathConfig::new(target, portals, login);
     c.no_path_timeout = Duration::from_secs(20);
     c
 }
@@ -163,10 +169,23 @@ async fn a_path_to_another_lun_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blackholed_path_fails_over_without_errors_or_stale_writes() {
     let server = serve("mp-fail", "64M").await;
-    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
-    let p2 = Proxy::start("127.0.0.1:0", server.portals[1]).await;
+    blackhole_failover(TARGET, 0, &server.portals).await;
+    server.stop().await;
+}
+
+/// tgt ends a session on reinstatement through its other portal too, so its failed paths are
+/// fenced the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blackholed_path_fails_over_on_tgt() {
+    let tgt = support::tgt::Tgt::start(64);
+    blackhole_failover(support::tgt::TGT_IQN, 1, &tgt.portals).await;
+}
+
+async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr]) {
+    let p1 = Proxy::start("127.0.0.1:0", portals[0]).await;
+    let p2 = Proxy::start("127.0.0.1:0", portals[1]).await;
     let mp = Arc::new(
-        Multipath::attach(config(&[p1.addr, p2.addr]))
+        Multipath::attach(config_for(target, lun, &[p1.addr, p2.addr]))
             .await
             .expect("attach"),
     );
@@ -288,5 +307,4 @@ async fn blackholed_path_fails_over_without_errors_or_stale_writes() {
         );
     }
     mp.detach(Duration::from_secs(5)).await.expect("detach");
-    server.stop().await;
 }

@@ -1,2 +1,4 @@
 //! Test helpers shared by the initiator's integration tests.
+#![allow(dead_code)]
 pub mod proxy;
+pub mod tgt;
