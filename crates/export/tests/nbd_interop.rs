@@ -69,7 +69,9 @@ fn qemu_img_convert_in_and_out_over_loopback_tcp() {
 /// Runs fio with the nbd engine and returns its JSON report.
 fn fio(served: &Served, args: &[&str]) -> serde_json::Value {
     require_tool("fio", "fio");
+    // In the server's temp dir: fio leaves verify state files in its working directory.
     let out = run(Command::new("fio")
+        .current_dir(served.dir.path())
         .args(["--ioengine=nbd", "--output-format=json"])
         .arg(format!("--uri={}", served.uri()))
         .args(args));
