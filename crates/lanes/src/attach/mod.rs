@@ -143,7 +143,11 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
     for r in mp.refused() {
         warn!(portal = %r.portal, "path refused: {}", r.reason);
     }
-    let dev = Arc::new(MultipathDevice::new(mp.clone()));
+    // One aligned view for every export: NBD and FUSE clients writing the same blocks share its
+    // range lock, so their read-modify-writes cannot tear each other's blocks.
+    let dev = Arc::new(lanes_export::aligned::AlignedIo::new(Arc::new(
+        MultipathDevice::new(mp.clone()),
+    ))?);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     let socket = args.status_socket_path(mp.lun_id());
@@ -165,17 +169,18 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = server.serve(dev, stop).await {
+            if let Err(e) = server.serve_aligned(dev, stop).await {
                 warn!("NBD export ended: {e}");
             }
         });
     }
     let fuse = match &args.fuse {
         Some(dir) => {
-            let export = lanes_export::FuseExport::mount(
+            let export = lanes_export::FuseExport::mount_aligned(
                 dev.clone(),
                 dir,
                 tokio::runtime::Handle::current(),
+                lanes_export::FuseOptions::default(),
             )
             .with_context(|| format!("mounting the FUSE export on {}", dir.display()))?;
             println!("fuse: {}/disk", dir.display());
