@@ -308,3 +308,174 @@ async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr]) {
     }
     mp.detach(Duration::from_secs(5)).await.expect("detach");
 }
+
+/// Two portal groups (ALUA target port groups 1 and 2), one portal each.
+async fn serve_two_groups(dir: &tempfile::TempDir) -> lanes_target::ServerHandle {
+    let toml = format!(
+        r#"
+[server]
+data-dir = "{d}/data"
+
+[[portal-group]]
+tag = 1
+portals = ["127.0.0.1:0"]
+
+[[portal-group]]
+tag = 2
+portals = ["127.0.0.2:0"]
+
+[[target]]
+name = "{TARGET}"
+
+[[target.lun]]
+path = "{d}/disk0.img"
+size = "64M"
+"#,
+        d = dir.path().display()
+    );
+    let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
+        .unwrap_or_else(|e| panic!("config: {e}"));
+    lanes_target::start(config).await.expect("start target")
+}
+
+fn alua(dir: &tempfile::TempDir, group: u16, state: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(dir.path().join("data/lanes.sock"))
+        .expect("status socket");
+    writeln!(s, r#"{{"cmd":"alua","group":{group},"state":"{state}"}}"#).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":true"), "{line}");
+}
+
+/// A portal group moved to standby stops carrying I/O within about a second (no error reaches
+/// the application: commands that meet the standby sense go to the other path), and carries
+/// I/O again once it is back to active/optimized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn alua_standby_moves_io_and_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let handle = serve_two_groups(&dir).await;
+    let portals: Vec<SocketAddr> = handle.info.portals.iter().map(|p| p.1).collect();
+    let mut cfg = config(&portals);
+    cfg.portals[1].tpgt = 2;
+    let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
+    wait_until("both paths active", Duration::from_secs(5), || {
+        active_paths(&mp) == 2
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..8u64 {
+        let (mp, stop, errors) = (mp.clone(), stop.clone(), errors.clone());
+        workers.push(tokio::spawn(async move {
+            let mut v = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                v += 1;
+                let b = w * 64 + v % 64;
+                if let Err(e) = mp
+                    .write(b * BS as u64, Bytes::from(block(b, v)), false)
+                    .await
+                {
+                    eprintln!("{e}");
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    alua(&dir, 2, "standby");
+    wait_until("path 1 out of use", Duration::from_secs(3), || {
+        let p = &mp.status().paths[1];
+        !p.eligible && p.alua == "no-io"
+    })
+    .await;
+    let idle = mp.status().paths[1].completed;
+    let busy = mp.status().paths[0].completed;
+    wait_until("I/O on path 0", Duration::from_secs(5), || {
+        mp.status().paths[0].completed > busy + 300
+    })
+    .await;
+    assert_eq!(
+        mp.status().paths[1].completed,
+        idle,
+        "a standby path carried I/O"
+    );
+    alua(&dir, 2, "active-optimized");
+    wait_until("path 1 back in use", Duration::from_secs(3), || {
+        mp.status().paths[1].completed > idle + 100
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "application-visible errors"
+    );
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    let _ = tokio::time::timeout(Duration::from_secs(20), handle.stop()).await;
+}
+
+/// The failover policy uses only the highest-priority path; when it is black-holed the other
+/// takes over, and with immediate failback the first is back once healed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_policy_prefers_priority_and_fails_back() {
+    let server = serve("mp-prio", "64M").await;
+    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
+    let p2 = Proxy::start("127.0.0.1:0", server.portals[1]).await;
+    let mut cfg = config(&[p1.addr, p2.addr]);
+    cfg.policy = mpath::Policy::Failover;
+    cfg.portals[0].priority = 10;
+    cfg.portals[1].priority = 1;
+    let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
+    let reads = |n: u64| {
+        let mp = mp.clone();
+        async move {
+            for i in 0..n {
+                mp.read((i % 1000) * 512, 512).await.expect("read");
+            }
+        }
+    };
+    reads(200).await;
+    let st = mp.status();
+    assert!(
+        st.paths[0].completed >= 200 && st.paths[1].completed == 0,
+        "{:?}",
+        st.paths
+    );
+    p1.blackhole();
+    let (mp2, stop) = (mp.clone(), Arc::new(AtomicBool::new(false)));
+    let stop2 = stop.clone();
+    let load = tokio::spawn(async move {
+        let mut i = 0u64;
+        while !stop2.load(Ordering::Relaxed) {
+            i += 1;
+            mp2.read((i % 1000) * 512, 512)
+                .await
+                .expect("read during failover");
+        }
+    });
+    wait_until("path 1 takes over", Duration::from_secs(5), || {
+        mp.status().paths[1].completed > 100
+    })
+    .await;
+    p1.restore().await;
+    let before = mp.status().paths[0].completed;
+    wait_until("failback to path 0", Duration::from_secs(10), || {
+        mp.status().paths[0].completed > before + 100
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    load.await.expect("load");
+    let after = mp.status().paths[1].completed;
+    reads(100).await;
+    assert_eq!(
+        mp.status().paths[1].completed,
+        after,
+        "failed back: path 1 idle again"
+    );
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    server.stop().await;
+}
