@@ -17,7 +17,7 @@ impl Session {
     pub async fn ping(&self) -> Result<Duration, Error> {
         let start = Instant::now();
         let out = self
-            .issue(true, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
+            .issue(true, None, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
                 vec![Pdu::NopOut(NopOut {
                     immediate: true,
                     lun: 0,
@@ -41,7 +41,7 @@ impl Session {
     ///
     /// This alone does not stop the target from executing commands it already received: fence
     /// with session reinstatement or a LOGICAL UNIT RESET before replaying writes elsewhere.
-    pub fn kill(&self) {
+    pub fn kill(&self) -> Vec<u32> {
         let socket = self
             .shared
             .socket
@@ -54,7 +54,64 @@ impl Session {
         }
         self.reader.abort();
         self.writer.abort();
-        self.shared.end();
+        self.shared.end()
+    }
+
+    /// MC/S: asks the target, on this connection, to close connection `cid` of the session
+    /// (Logout reason 1, RFC 7143 11.14). lanes serve answers once that connection and its
+    /// tasks are gone.
+    pub async fn logout_connection(&self, cid: u16) -> Result<(), Error> {
+        let out = self
+            .issue(true, None, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
+                vec![Pdu::LogoutRequest(LogoutRequest {
+                    immediate: true,
+                    reason: 1,
+                    itt,
+                    cid,
+                    cmd_sn,
+                    exp_stat_sn,
+                })]
+            })
+            .await?;
+        match out.response {
+            0 => Ok(()),
+            1 => Err(Error::Protocol(format!(
+                "the target knows no connection {cid}"
+            ))),
+            r => Err(Error::Protocol(format!(
+                "logout of connection {cid}: response {r}"
+            ))),
+        }
+    }
+
+    /// MC/S: fills the CmdSN `cmd_sn` that a lost connection had taken with a NOP-Out, so the
+    /// target's command order moves past it (RFC 7143 3.2.2.1); returns once answered.
+    pub async fn plug(&self, cmd_sn: u32) -> Result<(), Error> {
+        self.issue(
+            false,
+            Some(cmd_sn),
+            Bytes::new(),
+            0,
+            |cmd_sn, itt, exp_stat_sn| {
+                vec![Pdu::NopOut(NopOut {
+                    immediate: false,
+                    lun: 0,
+                    itt,
+                    ttt: RESERVED_TAG,
+                    cmd_sn,
+                    exp_stat_sn,
+                    data: Bytes::new(),
+                })]
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The session's ExpCmdSN as the target last reported it: CmdSNs from here on may not
+    /// have arrived.
+    pub fn exp_cmd_sn(&self) -> u32 {
+        self.shared.window.lock().exp_cmd_sn
     }
 
     /// False once the connection has ended (lost, killed or logged out).
@@ -71,7 +128,7 @@ impl Session {
     pub async fn task_management(&self, function: u8) -> Result<u8, Error> {
         let lun = encode_lun(self.lun);
         let out = self
-            .issue(true, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
+            .issue(true, None, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
                 vec![Pdu::TaskMgmtRequest(TaskMgmtRequest {
                     immediate: true,
                     function,

@@ -29,6 +29,8 @@ pub(crate) struct Pending {
     /// Data-In collected so far, and the most the command may receive.
     pub(crate) read: ReadBuffer,
     pub(crate) expected: usize,
+    /// The command's CmdSN (None for immediate requests, which take none).
+    pub(crate) cmd_sn: Option<u32>,
     pub(crate) reply: oneshot::Sender<Result<ScsiOutcome, Error>>,
 }
 
@@ -77,11 +79,43 @@ impl ReadBuffer {
     }
 }
 
-pub(crate) struct State {
+/// The session's command window, shared by all its connections (RFC 7143 3.2.2.1: CmdSN,
+/// ExpCmdSN and MaxCmdSN are per session; ITTs are unique within the session).
+pub(crate) struct Counters {
     pub(crate) cmd_sn: u32,
-    pub(crate) exp_stat_sn: u32,
+    pub(crate) exp_cmd_sn: u32,
     pub(crate) max_cmd_sn: u32,
     pub(crate) next_itt: u32,
+}
+
+pub(crate) struct Window {
+    pub(crate) counters: Mutex<Counters>,
+    /// Signalled when MaxCmdSN grows (or a connection ends).
+    pub(crate) opened: Notify,
+}
+
+impl Window {
+    pub(crate) fn new(cmd_sn: u32, max_cmd_sn: u32) -> Window {
+        Window {
+            counters: Mutex::new(Counters {
+                cmd_sn,
+                exp_cmd_sn: cmd_sn,
+                max_cmd_sn,
+                next_itt: 1,
+            }),
+            opened: Notify::new(),
+        }
+    }
+
+    /// Lock order: the window before any connection's state.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Counters> {
+        self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One connection's own state.
+pub(crate) struct State {
+    pub(crate) exp_stat_sn: u32,
     pub(crate) pending: HashMap<u32, Pending>,
     /// None once the connection is gone.
     pub(crate) tx: Option<mpsc::UnboundedSender<Pdu>>,
@@ -91,7 +125,7 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     /// A second descriptor of the socket, so `Session::kill` can make its close abortive.
     pub(crate) socket: Mutex<Option<OwnedFd>>,
-    pub(crate) window: Notify,
+    pub(crate) window: Arc<Window>,
     pub(crate) addr: SocketAddr,
     pub(crate) max_send: usize,
     pub(crate) first_burst: usize,
@@ -187,33 +221,35 @@ pub(crate) async fn read_loop(
 
 impl Shared {
     /// The connection is gone: every outstanding command ends with `ConnectionLost` and no new
-    /// one is queued.
-    pub(crate) fn end(&self) {
+    /// one is queued. Returns the CmdSNs those commands had taken.
+    pub(crate) fn end(&self) -> Vec<u32> {
         let pending: Vec<Pending> = {
             let mut st = self.lock();
             st.tx = None;
             st.pending.drain().map(|(_, p)| p).collect()
         };
+        let mut taken = Vec::with_capacity(pending.len());
         for p in pending {
+            taken.extend(p.cmd_sn);
             let _ = p.reply.send(Err(Error::ConnectionLost));
         }
-        self.window.notify_waiters();
+        self.window.opened.notify_waiters();
+        taken
     }
 }
 
 /// One PDU from the target. An error ends the connection.
 fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
-    let mut st = shared.lock();
-    let (stat_sn, max_cmd_sn, advances) = match &pdu {
-        Pdu::ScsiResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::DataIn(d) => (d.stat_sn, d.max_cmd_sn, d.status_present),
-        Pdu::NopIn(n) => (n.stat_sn, n.max_cmd_sn, n.itt != RESERVED_TAG),
-        Pdu::TaskMgmtResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::TextResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::LogoutResponse(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::Reject(r) => (r.stat_sn, r.max_cmd_sn, true),
-        Pdu::R2t(r) => (r.stat_sn, r.max_cmd_sn, false),
-        Pdu::AsyncMessage(r) => (r.stat_sn, r.max_cmd_sn, true),
+    let (stat_sn, exp_cmd_sn, max_cmd_sn, advances) = match &pdu {
+        Pdu::ScsiResponse(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
+        Pdu::DataIn(d) => (d.stat_sn, d.exp_cmd_sn, d.max_cmd_sn, d.status_present),
+        Pdu::NopIn(n) => (n.stat_sn, n.exp_cmd_sn, n.max_cmd_sn, n.itt != RESERVED_TAG),
+        Pdu::TaskMgmtResponse(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
+        Pdu::TextResponse(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
+        Pdu::LogoutResponse(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
+        Pdu::Reject(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
+        Pdu::R2t(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, false),
+        Pdu::AsyncMessage(r) => (r.stat_sn, r.exp_cmd_sn, r.max_cmd_sn, true),
         other => {
             return Err(Error::Protocol(format!(
                 "unexpected {:?} in full feature phase",
@@ -221,12 +257,21 @@ fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
             )))
         }
     };
+    // The session's window first (lock order), then this connection's state.
+    let next_cmd_sn = {
+        let mut w = shared.window.lock();
+        if serial::gt(exp_cmd_sn, w.exp_cmd_sn) && serial::le(exp_cmd_sn, w.cmd_sn) {
+            w.exp_cmd_sn = exp_cmd_sn;
+        }
+        if serial::gt(max_cmd_sn, w.max_cmd_sn) {
+            w.max_cmd_sn = max_cmd_sn;
+            shared.window.opened.notify_waiters();
+        }
+        w.cmd_sn
+    };
+    let mut st = shared.lock();
     if advances && serial::le(st.exp_stat_sn, stat_sn) {
         st.exp_stat_sn = stat_sn.wrapping_add(1);
-    }
-    if serial::gt(max_cmd_sn, st.max_cmd_sn) {
-        st.max_cmd_sn = max_cmd_sn;
-        shared.window.notify_waiters();
     }
     match pdu {
         Pdu::DataIn(d) => {
@@ -306,7 +351,7 @@ fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
                     lun: n.lun,
                     itt: RESERVED_TAG,
                     ttt: n.ttt,
-                    cmd_sn: st.cmd_sn,
+                    cmd_sn: next_cmd_sn,
                     exp_stat_sn: st.exp_stat_sn,
                     data: Bytes::new(),
                 });

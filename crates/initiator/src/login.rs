@@ -47,6 +47,8 @@ pub struct Offer {
     pub max_outstanding_r2t: u32,
     pub immediate_data: bool,
     pub initial_r2t: bool,
+    /// MaxConnections: more than 1 for a multi-connection session (MC/S).
+    pub max_connections: u32,
 }
 
 impl Default for Offer {
@@ -58,6 +60,7 @@ impl Default for Offer {
             max_outstanding_r2t: 4,
             immediate_data: true,
             initial_r2t: false,
+            max_connections: 1,
         }
     }
 }
@@ -69,6 +72,8 @@ pub struct LoginParams {
     /// None: a discovery session.
     pub target: Option<String>,
     pub isid: [u8; 6],
+    /// 0 for a new session (leading login); the session's TSIH to add a connection to it.
+    pub tsih: u16,
     pub cid: u16,
     pub cmd_sn: u32,
     pub chap: Option<ChapSecret>,
@@ -152,11 +157,12 @@ impl InitiatorLogin {
         }
         let chap = params.chap.is_some();
         b.push("AuthMethod", if chap { "CHAP" } else { text::NONE });
+        let tsih = params.tsih;
         let me = InitiatorLogin {
             params,
             state: State::Security { chap },
             exp_stat_sn: 0,
-            tsih: 0,
+            tsih,
             keys: HashMap::new(),
         };
         // With AuthMethod=None we ask to leave the security stage at once.
@@ -196,14 +202,18 @@ impl InitiatorLogin {
             "MaxRecvDataSegmentLength",
             u64::from(o.max_recv_data_segment_length),
         );
-        b.push_number("ErrorRecoveryLevel", 0);
-        if self.params.target.is_some() {
+        // Leading-only keys (RFC 7143 13) belong to the session's first connection alone.
+        let leading = self.params.tsih == 0;
+        if leading {
+            b.push_number("ErrorRecoveryLevel", 0);
+        }
+        if self.params.target.is_some() && leading {
             b.push("InitialR2T", yn(o.initial_r2t));
             b.push("ImmediateData", yn(o.immediate_data));
             b.push_number("FirstBurstLength", u64::from(o.first_burst_length));
             b.push_number("MaxBurstLength", u64::from(o.max_burst_length));
             b.push_number("MaxOutstandingR2T", u64::from(o.max_outstanding_r2t));
-            b.push_number("MaxConnections", 1);
+            b.push_number("MaxConnections", u64::from(o.max_connections.max(1)));
         }
         self.request(OPERATIONAL, Some(FULL_FEATURE), b.finish())
     }

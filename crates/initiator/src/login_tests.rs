@@ -43,6 +43,7 @@ impl LoginPolicy for Policy {
 
 fn params(target: Option<&str>, chap: Option<(&str, &[u8])>) -> LoginParams {
     LoginParams {
+        tsih: 0,
         initiator_name: "iqn.2026-01.test.lanes:initiator".into(),
         target: target.map(str::to_string),
         isid: [0x80, 1, 2, 3, 4, 5],

@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::cdb;
-use crate::connection::{data_out, read_loop, write_loop, Pending, ReadBuffer, Shared, State};
+use crate::connection::{
+    data_out, read_loop, write_loop, Pending, ReadBuffer, Shared, State, Window,
+};
 use crate::login::{ChapSecret, InitiatorLogin, LoginParams, Negotiated, Offer, Step};
 use crate::Error;
 
@@ -114,6 +116,7 @@ impl Drop for PendingGuard<'_> {
 /// A logged-in iSCSI session over one connection.
 pub struct Session {
     pub(crate) shared: Arc<Shared>,
+    cid: u16,
     negotiated: Negotiated,
     pub(crate) lun: u64,
     block_size: AtomicU32,
@@ -202,7 +205,7 @@ pub async fn discover(
     portal: SocketAddr,
     options: &LoginOptions,
 ) -> Result<Vec<(String, Vec<(SocketAddr, u16)>)>, Error> {
-    let session = Session::start(portal, None, options).await?;
+    let session = Session::start(portal, None, options, None, 1).await?;
     let data = session
         .text(text::encode(&[("SendTargets", "All")]))
         .await?;
@@ -242,25 +245,60 @@ impl Session {
         target: &str,
         options: &LoginOptions,
     ) -> Result<Session, Error> {
-        Session::start(portal, Some(target.to_string()), options).await
+        Session::start(portal, Some(target.to_string()), options, None, 1).await
+    }
+
+    /// Adds a connection with `cid` through `portal` to this session (MC/S, RFC 7143 3.3): it
+    /// shares the session's CmdSN window and its session-wide parameters. `options` must carry
+    /// this session's ISID.
+    pub async fn add_connection(
+        &self,
+        portal: SocketAddr,
+        target: &str,
+        options: &LoginOptions,
+        cid: u16,
+    ) -> Result<Session, Error> {
+        Session::start(portal, Some(target.to_string()), options, Some(self), cid).await
+    }
+
+    /// The connection ID this session object drives.
+    pub fn cid(&self) -> u16 {
+        self.cid
     }
 
     async fn start(
         portal: SocketAddr,
         target: Option<String>,
         options: &LoginOptions,
+        lead: Option<&Session>,
+        cid: u16,
     ) -> Result<Session, Error> {
         let mut stream = connect(portal).await?;
+        let (tsih, cmd_sn) = match lead {
+            Some(l) => (l.negotiated.tsih, l.shared.window.lock().cmd_sn),
+            None => (0, 1),
+        };
         let params = LoginParams {
             initiator_name: options.initiator_name.clone(),
             target,
             isid: options.isid,
-            cid: 1,
-            cmd_sn: 1,
+            tsih,
+            cid,
+            cmd_sn,
             chap: options.chap.clone(),
             offer: options.offer.clone(),
         };
-        let (negotiated, leftover) = login_exchange(&mut stream, portal, params).await?;
+        let (mut negotiated, leftover) = login_exchange(&mut stream, portal, params).await?;
+        if let Some(l) = lead {
+            // Session-wide values were negotiated by the leading connection.
+            let ln = &l.negotiated;
+            negotiated.max_burst_length = ln.max_burst_length;
+            negotiated.first_burst_length = ln.first_burst_length;
+            negotiated.max_outstanding_r2t = ln.max_outstanding_r2t;
+            negotiated.immediate_data = ln.immediate_data;
+            negotiated.initial_r2t = ln.initial_r2t;
+        }
+        let join = lead.map(|l| l.shared.window.clone());
         let framer = Framer {
             header_digest: false,
             data_digest: false,
@@ -272,17 +310,18 @@ impl Session {
         };
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();
+        let window = match join {
+            Some(w) => w,
+            None => Arc::new(Window::new(negotiated.cmd_sn, negotiated.max_cmd_sn)),
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                cmd_sn: negotiated.cmd_sn,
                 exp_stat_sn: negotiated.exp_stat_sn,
-                max_cmd_sn: negotiated.max_cmd_sn,
-                next_itt: 1,
                 pending: HashMap::new(),
                 tx: Some(tx),
             }),
             socket: Mutex::new(socket),
-            window: Notify::new(),
+            window,
             addr: portal,
             max_send: (negotiated.max_send_data_segment_length as usize).max(512),
             first_burst: negotiated.first_burst_length as usize,
@@ -293,6 +332,7 @@ impl Session {
         let reader = tokio::spawn(read_loop(rd, leftover, framer, shared.clone()));
         Ok(Session {
             shared,
+            cid,
             negotiated,
             lun: options.lun,
             block_size: AtomicU32::new(512),
@@ -319,6 +359,7 @@ impl Session {
     pub(crate) async fn issue(
         &self,
         immediate: bool,
+        at: Option<u32>,
         write: Bytes,
         read_capacity: usize,
         build: impl Fn(u32, u32, u32) -> Vec<Pdu>,
@@ -326,24 +367,29 @@ impl Session {
         let (tx, rx) = oneshot::channel();
         let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
         let itt = loop {
-            let notified = self.shared.window.notified();
+            let window = &self.shared.window;
+            let notified = window.opened.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut st = self.shared.lock();
-                let Some(queue) = st.tx.clone() else {
-                    return Err(Error::ConnectionLost);
-                };
-                if immediate || serial::le(st.cmd_sn, st.max_cmd_sn) {
-                    let cmd_sn = st.cmd_sn;
-                    if !immediate {
-                        st.cmd_sn = st.cmd_sn.wrapping_add(1);
+                let mut w = window.lock();
+                let fixed = at.is_some();
+                if immediate || fixed || serial::le(w.cmd_sn, w.max_cmd_sn) {
+                    let mut st = self.shared.lock();
+                    // A dead connection must not take a CmdSN: that would leave a hole.
+                    let Some(queue) = st.tx.clone() else {
+                        return Err(Error::ConnectionLost);
+                    };
+                    let cmd_sn = at.unwrap_or(w.cmd_sn);
+                    if !immediate && !fixed {
+                        w.cmd_sn = w.cmd_sn.wrapping_add(1);
                     }
-                    let mut itt = st.next_itt;
+                    let mut itt = w.next_itt;
                     while itt == RESERVED_TAG || st.pending.contains_key(&itt) {
                         itt = itt.wrapping_add(1);
                     }
-                    st.next_itt = itt.wrapping_add(1);
+                    w.next_itt = itt.wrapping_add(1);
+                    drop(w);
                     for pdu in build(cmd_sn, itt, st.exp_stat_sn) {
                         if queue.send(pdu).is_err() {
                             return Err(Error::ConnectionLost);
@@ -355,6 +401,7 @@ impl Session {
                             write: write.clone(),
                             read: ReadBuffer::Empty,
                             expected: read_capacity,
+                            cmd_sn: (!immediate).then_some(cmd_sn),
                             reply: tx,
                         },
                     );
@@ -434,7 +481,7 @@ impl Session {
             );
             pdus
         };
-        self.issue(false, data.clone(), read_len as usize, build)
+        self.issue(false, None, data.clone(), read_len as usize, build)
             .await
     }
 
@@ -525,7 +572,7 @@ impl Session {
     /// A text exchange (discovery); continuations are not supported in this slice.
     async fn text(&self, data: Bytes) -> Result<Bytes, Error> {
         let out = self
-            .issue(false, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
+            .issue(false, None, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
                 vec![Pdu::TextRequest(TextRequest {
                     immediate: false,
                     final_bit: true,
@@ -545,7 +592,7 @@ impl Session {
     /// Logs the session out (reason 0: close the session) and closes the connection.
     pub async fn logout(self) -> Result<(), Error> {
         let out = self
-            .issue(true, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
+            .issue(true, None, Bytes::new(), 0, |cmd_sn, itt, exp_stat_sn| {
                 vec![Pdu::LogoutRequest(LogoutRequest {
                     immediate: true,
                     reason: 0,

@@ -218,6 +218,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
             conns.remove(pos);
         }
     }
+    session.connection_ended.notify_waiters();
     let remaining = session.connection_count();
     info!(initiator = %session.initiator_name, %peer, tsih = session.tsih, cid, remaining, "connection closed");
     if remaining == 0 {
@@ -485,6 +486,7 @@ impl Connection {
             c.itt,
             TaskEntry {
                 lun: c.lun,
+                cid: self.cid,
                 aborted: false,
                 executing: false,
                 ordered,
@@ -557,7 +559,15 @@ impl Connection {
                 match found {
                     Some(close) if l.reason == 1 => {
                         close.cancel();
-                        self.send(respond(0));
+                        // The answer waits until that connection has ended and none of its
+                        // tasks is left: the initiator may then reissue them on another
+                        // connection, and no old copy can execute after (RFC 7143 11.14).
+                        let (session, out, cid) = (self.session.clone(), self.out.clone(), l.cid);
+                        let response = respond(0);
+                        tokio::spawn(async move {
+                            session.connection_gone(cid).await;
+                            let _ = out.send(Outbound::Pdu(response));
+                        });
                     }
                     Some(_) => self.send(respond(2)),
                     None => self.send(respond(1)),

@@ -48,6 +48,8 @@ pub enum Delivery {
 /// State of a task for task management.
 pub struct TaskEntry {
     pub lun: u64,
+    /// The connection the task came in on (its allegiance).
+    pub cid: u16,
     /// Set by ABORT TASK and friends: the response must not be sent.
     pub aborted: bool,
     /// Handed to the logical unit; until then an abort ends the task at once.
@@ -73,6 +75,8 @@ pub struct Session {
     pub tasks: Mutex<HashMap<u32, TaskEntry>>,
     inflight: AtomicUsize,
     drained: Notify,
+    /// Signalled when one of the session's connections has ended.
+    pub connection_ended: Notify,
     /// Count of tasks waiting on `drained`, so completions notify only when someone listens.
     waiting: AtomicUsize,
     pub closing: CancellationToken,
@@ -105,6 +109,7 @@ impl Session {
             tasks: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
             drained: Notify::new(),
+            connection_ended: Notify::new(),
             waiting: AtomicUsize::new(0),
             closing: CancellationToken::new(),
         }
@@ -205,6 +210,22 @@ impl Session {
         if last || self.waiting.load(Ordering::Acquire) > 0 {
             self.drained.notify_waiters();
         }
+    }
+
+    /// Waits until connection `cid` has ended and none of its tasks is left (a logout of that
+    /// connection from another one answers only then).
+    pub async fn connection_gone(&self, cid: u16) {
+        loop {
+            let ended = self.connection_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !self.connections.lock().iter().any(|c| c.cid == cid) {
+                break;
+            }
+            ended.await;
+        }
+        self.wait_until(|tasks| !tasks.values().any(|t| t.cid == cid))
+            .await;
     }
 
     /// Waits until no task of this session is executing.
