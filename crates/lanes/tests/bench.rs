@@ -340,3 +340,68 @@ fn bench_chart_draws_one_series_per_json() {
     ]);
     assert!(e.contains("x.png"), "{e}");
 }
+
+/// A loop device over a temp file, detached on drop.
+struct LoopDevice(String);
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn bench_block_device_with_verify() {
+    let me = Command::new("id").arg("-u").output().expect("id -u");
+    assert_eq!(
+        String::from_utf8_lossy(&me.stdout).trim(),
+        "0",
+        "this test attaches a loop device and needs root"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("backing.img");
+    std::fs::write(&file, vec![0u8; 16 << 20]).expect("backing file");
+    let out = Command::new("losetup")
+        .args(["--find", "--show", "--sector-size", "4096"])
+        .arg(&file)
+        .output()
+        .expect("losetup (Debian package mount) is needed for this test");
+    assert!(
+        out.status.success(),
+        "losetup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = LoopDevice(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let json = dir.path().join("dev.json");
+    let out = lanes(&[
+        "bench",
+        &dev.0,
+        "--pattern",
+        "4k-randwrite,8k-randrw-67,64k-seqread",
+        "--threads",
+        "2",
+        "--depth",
+        "2",
+        "--duration",
+        "400ms",
+        "--verify",
+        "--json",
+        json.to_str().expect("utf-8"),
+    ]);
+    ok(&out);
+    let doc = read_json(&json);
+    assert_eq!(doc["kind"], "device", "{doc}");
+    assert_eq!(doc["direct"], true, "{doc}");
+    assert_eq!(
+        doc["block_size"], 4096,
+        "the loop device's logical block size: {doc}"
+    );
+    assert_eq!(doc["region_bytes"], 16 << 20, "{doc}");
+    for r in doc["results"].as_array().expect("results") {
+        assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        assert_eq!(r["verify_errors"], 0, "{r}");
+    }
+    // Beyond the device's end: one line.
+    let e = one_error_line(&[&dev.0, "--size", "32M", "--pattern", "4k-randread"]);
+    assert!(e.contains("larger than"), "{e}");
+}
