@@ -39,7 +39,8 @@ enum Command {
     Lab(lab::LabArgs),
     /// Attach a LUN over every path as one multipath device (NBD and/or FUSE export).
     Attach(attach::AttachArgs),
-    /// Benchmark an iSCSI target with the seeds' patterns (IOPS, MB/s, latency).
+    /// Benchmark an iSCSI target, a file or a block device with the seeds' patterns (IOPS,
+    /// MB/s, latency, CPU); `lanes bench chart` draws PNG charts of the results.
     Bench(bench::BenchArgs),
     /// Check a target's portals and paths; print the host configuration that works.
     Doctor(doctor::DoctorArgs),
