@@ -597,7 +597,7 @@ impl Session {
                     immediate: true,
                     reason: 0,
                     itt,
-                    cid: 1,
+                    cid: self.cid,
                     cmd_sn,
                     exp_stat_sn,
                 })]

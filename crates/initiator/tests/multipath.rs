@@ -169,7 +169,16 @@ async fn a_path_to_another_lun_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blackholed_path_fails_over_without_errors_or_stale_writes() {
     let server = serve("mp-fail", "64M").await;
-    blackhole_failover(TARGET, 0, &server.portals).await;
+    blackhole_failover(TARGET, 0, &server.portals, false).await;
+    server.stop().await;
+}
+
+/// The same over one multi-connection session (MC/S): the failed connection is closed through
+/// the other one and the CmdSN holes its lost commands left are filled before replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blackholed_connection_of_an_mcs_session_fails_over() {
+    let server = serve("mp-mcs", "64M").await;
+    blackhole_failover(TARGET, 0, &server.portals, true).await;
     server.stop().await;
 }
 
@@ -178,17 +187,20 @@ async fn blackholed_path_fails_over_without_errors_or_stale_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blackholed_path_fails_over_on_tgt() {
     let tgt = support::tgt::Tgt::start(64);
-    blackhole_failover(support::tgt::TGT_IQN, 1, &tgt.portals).await;
+    blackhole_failover(support::tgt::TGT_IQN, 1, &tgt.portals, false).await;
 }
 
-async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr]) {
+async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr], mcs: bool) {
+    // RUST_LOG=info shows the path state changes and fences when a run fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let p1 = Proxy::start("127.0.0.1:0", portals[0]).await;
     let p2 = Proxy::start("127.0.0.1:0", portals[1]).await;
-    let mp = Arc::new(
-        Multipath::attach(config_for(target, lun, &[p1.addr, p2.addr]))
-            .await
-            .expect("attach"),
-    );
+    let mut cfg = config_for(target, lun, &[p1.addr, p2.addr]);
+    cfg.mcs = mcs;
+    let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
     wait_until("both paths active", Duration::from_secs(5), || {
         active_paths(&mp) == 2
     })
@@ -477,5 +489,58 @@ async fn failover_policy_prefers_priority_and_fails_back() {
         "failed back: path 1 idle again"
     );
     mp.detach(Duration::from_secs(5)).await.expect("detach");
+    server.stop().await;
+}
+
+/// MC/S mechanics: a command lost on one connection leaves a CmdSN hole that stalls the
+/// session; closing that connection from the other and filling the hole with a NOP-Out lets
+/// the stalled command through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cmdsn_hole_is_plugged_through_another_connection() {
+    let server = serve("mp-plug", "64M").await;
+    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
+    let mut opts = LoginOptions::new(INITIATOR);
+    opts.offer.max_connections = 2;
+    let c1 = lanes_initiator::Session::login(p1.addr, TARGET, &opts)
+        .await
+        .expect("login");
+    c1.test_unit_ready().await.expect("tur");
+    let c2 = Arc::new(
+        c1.add_connection(server.portals[1], TARGET, &opts, 2)
+            .await
+            .expect("second connection"),
+    );
+    c2.read(0, 1).await.expect("read on connection 2");
+    p1.blackhole();
+    let c1 = Arc::new(c1);
+    let lost = {
+        let c1 = c1.clone();
+        tokio::spawn(async move { c1.read(8, 1).await })
+    };
+    // Wait until the lost command has taken its CmdSN.
+    wait_until(
+        "command outstanding on connection 1",
+        Duration::from_secs(5),
+        || c1.outstanding() == 1,
+    )
+    .await;
+    let stalled = {
+        let c2 = c2.clone();
+        tokio::spawn(async move { c2.read(16, 1).await })
+    };
+    let taken = c1.kill();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert!(lost.await.unwrap().is_err());
+    c2.logout_connection(1)
+        .await
+        .expect("logout of connection 1");
+    let exp = c2.exp_cmd_sn();
+    assert_eq!(exp, taken[0], "the target still waits for the lost CmdSN");
+    c2.plug(taken[0]).await.expect("plug");
+    let r = tokio::time::timeout(Duration::from_secs(5), stalled)
+        .await
+        .expect("the stalled read went through after the plug")
+        .unwrap();
+    assert_eq!(r.expect("read").len(), 512);
     server.stop().await;
 }

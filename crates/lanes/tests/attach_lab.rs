@@ -285,11 +285,27 @@ fn blackhole_failover_in_the_lab_loses_nothing() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(3);
-    let rig = Rig::up("fo", 2);
+    let results = lab_failover("fo", trials, false);
+    if let Ok(path) = std::env::var("LANES_FAILOVER_JSON") {
+        std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).expect("write JSON");
+    }
+}
+
+/// The same with one multi-connection session (`--mcs`): the failed connection is closed
+/// through the other and its CmdSN holes are filled before the replay.
+#[test]
+fn mcs_blackhole_failover_in_the_lab_loses_nothing() {
+    lab_failover("mcs", 2, true);
+}
+
+fn lab_failover(tag: &str, trials: usize, mcs: bool) -> Vec<Trial> {
+    let rig = Rig::up(tag, 2);
     let lab = rig.lab.clone();
     let portals = rig.portals.clone();
-    let results = rig.in_host(async move {
-        let mp = Arc::new(Multipath::attach(config(&portals)).await.expect("attach"));
+    rig.in_host(async move {
+        let mut cfg = config(&portals);
+        cfg.mcs = mcs;
+        let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
         wait_until("both paths in use", Duration::from_secs(5), || {
             mp.status().paths.iter().all(|p| p.eligible)
         })
@@ -373,9 +389,5 @@ fn blackhole_failover_in_the_lab_loses_nothing() {
         );
         mp.detach(Duration::from_secs(10)).await.expect("detach");
         results
-    });
-    if let Ok(path) = std::env::var("LANES_FAILOVER_JSON") {
-        std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).expect("write JSON");
-    }
-    drop(rig);
+    })
 }

@@ -32,6 +32,23 @@ pub(crate) struct PathLogin {
     pub(crate) port_group: Option<u16>,
 }
 
+/// Reads what identifies the LUN through a freshly logged-in path.
+pub(crate) async fn identify(session: Session) -> Result<PathLogin, crate::Error> {
+    session.test_unit_ready().await?;
+    let (blocks, block_size) = session.read_capacity16().await?;
+    let identity = session.device_identity().await?;
+    let lun_id = identity.lun.ok_or_else(|| {
+        crate::Error::Protocol("the LUN reports no identifier in VPD page 0x83".into())
+    })?;
+    Ok(PathLogin {
+        session,
+        lun_id,
+        blocks,
+        block_size,
+        port_group: identity.target_port_group,
+    })
+}
+
 /// Logs in through `portal` with `isid` and reads what identifies the LUN there.
 pub(crate) async fn login_path(
     portal: std::net::SocketAddr,
@@ -46,19 +63,7 @@ pub(crate) async fn login_path(
     };
     let work = async {
         let session = Session::login(portal, target, &opts).await?;
-        session.test_unit_ready().await?;
-        let (blocks, block_size) = session.read_capacity16().await?;
-        let identity = session.device_identity().await?;
-        let lun_id = identity.lun.ok_or_else(|| {
-            crate::Error::Protocol("the LUN reports no identifier in VPD page 0x83".into())
-        })?;
-        Ok(PathLogin {
-            session,
-            lun_id,
-            blocks,
-            block_size,
-            port_group: identity.target_port_group,
-        })
+        identify(session).await
     };
     tokio::time::timeout(limit, work)
         .await
@@ -89,8 +94,8 @@ impl Inner {
         let Some(session) = slot.take(epoch) else {
             return;
         };
-        session.kill();
         slot.eligible.store(false, Ordering::Relaxed);
+        let taken = session.kill();
         {
             let mut h = self.health();
             if tell {
@@ -100,7 +105,11 @@ impl Inner {
         }
         self.wake.notify_one();
         if let Some(me) = self.me.upgrade() {
-            tokio::spawn(async move { me.fence(index, epoch).await });
+            if self.config.mcs {
+                tokio::spawn(async move { me.fence_connection(index, epoch, taken).await });
+            } else {
+                tokio::spawn(async move { me.fence(index, epoch).await });
+            }
         }
     }
 
@@ -160,14 +169,19 @@ impl Inner {
         };
         let result = {
             let _serial = slot.login_lock.lock().await;
-            let login = login_path(
-                slot.portal,
-                &self.config.target,
-                &self.config.login,
-                slot.isid,
-                RECONNECT_TIMEOUT,
-            );
-            match login.await {
+            let login = if self.config.mcs {
+                self.reconnect_connection(index, RECONNECT_TIMEOUT).await
+            } else {
+                login_path(
+                    slot.portal,
+                    &self.config.target,
+                    &self.config.login,
+                    slot.isid,
+                    RECONNECT_TIMEOUT,
+                )
+                .await
+            };
+            match login {
                 Ok(login)
                     if login.lun_id != self.lun_id
                         || login.block_size != self.block_size

@@ -122,7 +122,9 @@ impl Inner {
         let bytes = op.bytes(self.block_size);
         let mut waiting_since: Option<Instant> = None;
         let mut busy = 0u32;
-        for _ in 0..MAX_ATTEMPTS {
+        let mut last = String::new();
+        let mut failures = 0u32;
+        while failures < MAX_ATTEMPTS {
             let index = match self.pick(bytes) {
                 Some(i) => i,
                 None => {
@@ -134,8 +136,9 @@ impl Inner {
                 continue;
             };
             let Some((session, epoch)) = slot.current() else {
-                // Lost between the pick and now; the next pick will not choose it.
-                tokio::task::yield_now().await;
+                // Lost between the pick and now: make sure the next pick does not choose it
+                // (the health task makes it eligible again once it has a session).
+                slot.eligible.store(false, Ordering::Relaxed);
                 continue;
             };
             slot.begin(bytes);
@@ -175,6 +178,9 @@ impl Inner {
                 ),
             };
             slot.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(path = %slot.id, epoch, "command failed with its path: {reason}");
+            last.clone_from(&reason);
+            failures += 1;
             self.fail_path(index, epoch, reason, true);
             if op.modifies() {
                 let since = *waiting_since.get_or_insert_with(Instant::now);
@@ -182,9 +188,9 @@ impl Inner {
             }
             self.replayed.fetch_add(1, Ordering::Relaxed);
         }
-        Err(Error::NoPath {
-            secs: self.config.no_path_timeout.as_secs(),
-        })
+        Err(Error::Protocol(format!(
+            "a command failed on {MAX_ATTEMPTS} paths in a row; the last said: {last}"
+        )))
     }
 
     /// Waits until the target has ended the session of `epoch` on path `index`.

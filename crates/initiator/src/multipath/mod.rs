@@ -13,6 +13,7 @@
 
 mod health;
 mod io;
+mod mcs;
 mod slot;
 mod status;
 
@@ -59,6 +60,8 @@ pub struct MultipathConfig {
     pub no_path_timeout: Duration,
     /// Requests larger than this are split across the eligible paths.
     pub split_threshold: u32,
+    /// One session with one connection per portal (MC/S) instead of one session per portal.
+    pub mcs: bool,
 }
 
 impl MultipathConfig {
@@ -71,6 +74,7 @@ impl MultipathConfig {
             health: HealthConfig::default(),
             no_path_timeout: Duration::from_secs(30),
             split_threshold: 128 << 10,
+            mcs: false,
         }
     }
 }
@@ -125,22 +129,47 @@ impl Multipath {
                 config.portals.len()
             )));
         }
+        let shared_isid = crate::random_isid();
+        let mut config = config;
+        if config.mcs {
+            config.login.offer.max_connections = u32::try_from(config.portals.len())
+                .unwrap_or(u32::MAX)
+                .max(2);
+        }
         let slots: Vec<PathSlot> = config
             .portals
             .iter()
             .enumerate()
-            .map(|(i, p)| PathSlot::new(PathId(i as u32), p.addr, p.tpgt, p.weight, p.priority))
+            .map(|(i, p)| {
+                // With MC/S every path is a connection of one session: one ISID for all.
+                let isid = if config.mcs {
+                    shared_isid
+                } else {
+                    crate::random_isid()
+                };
+                PathSlot::new(
+                    PathId(i as u32),
+                    p.addr,
+                    p.tpgt,
+                    isid,
+                    (p.weight, p.priority),
+                )
+            })
             .collect();
-        let logins = futures_util::future::join_all(slots.iter().map(|s| {
-            health::login_path(
-                s.portal,
-                &config.target,
-                &config.login,
-                s.isid,
-                health::ATTACH_TIMEOUT,
-            )
-        }))
-        .await;
+        let logins = if config.mcs {
+            mcs_logins(&config, &slots).await
+        } else {
+            futures_util::future::join_all(slots.iter().map(|s| {
+                health::login_path(
+                    s.portal,
+                    &config.target,
+                    &config.login,
+                    s.isid,
+                    health::ATTACH_TIMEOUT,
+                )
+            }))
+            .await
+        };
         // The first path that logged in defines the device; the others must agree with it.
         let Some(reference) = logins.iter().find_map(|l| l.as_ref().ok()) else {
             let reasons: Vec<String> = slots
@@ -431,13 +460,19 @@ impl Multipath {
         if let Some(t) = task {
             let _ = t.await;
         }
+        let mut logged_out = false;
         for slot in &self.inner.slots {
             let epoch = slot.epoch.load(Ordering::Acquire);
             if let Some(s) = slot.take(epoch) {
+                slot.eligible.store(false, Ordering::Relaxed);
+                if self.inner.config.mcs && logged_out {
+                    // The session's logout closed this connection too.
+                    s.kill();
+                    continue;
+                }
                 if let Ok(s) = Arc::try_unwrap(s) {
                     let _ = tokio::time::timeout(Duration::from_secs(5), s.logout()).await;
-                } else {
-                    slot.eligible.store(false, Ordering::Relaxed);
+                    logged_out = true;
                 }
             }
         }
@@ -461,6 +496,47 @@ impl Drop for Multipath {
             }
         }
     }
+}
+
+/// MC/S: the first portal that accepts a leading login starts the session; every other
+/// portal joins it as a connection.
+async fn mcs_logins(
+    config: &MultipathConfig,
+    slots: &[PathSlot],
+) -> Vec<Result<health::PathLogin, Error>> {
+    let mut out: Vec<Result<health::PathLogin, Error>> = Vec::with_capacity(slots.len());
+    let mut lead: Option<usize> = None;
+    for s in slots {
+        let login = match lead.and_then(|i| out.get(i)).and_then(|l| l.as_ref().ok()) {
+            Some(l) => {
+                mcs::login_connection(
+                    &l.session,
+                    s.portal,
+                    &config.target,
+                    &config.login,
+                    s.isid,
+                    s.cid,
+                    health::ATTACH_TIMEOUT,
+                )
+                .await
+            }
+            None => {
+                health::login_path(
+                    s.portal,
+                    &config.target,
+                    &config.login,
+                    s.isid,
+                    health::ATTACH_TIMEOUT,
+                )
+                .await
+            }
+        };
+        if login.is_ok() && lead.is_none() {
+            lead = Some(out.len());
+        }
+        out.push(login);
+    }
+    out
 }
 
 /// Splits a block range into pieces a single UNMAP / WRITE SAME can carry.

@@ -93,6 +93,8 @@ pub(crate) struct PathSlot {
     /// One ISID for the device's lifetime: every login of this path (and the fencing login of
     /// its failed session through another portal) uses it, so each reinstates the previous one.
     pub(crate) isid: [u8; 6],
+    /// Connection ID of the path's logins (its index + 1; with MC/S all paths share the ISID).
+    pub(crate) cid: u16,
     pub(crate) weight: u32,
     pub(crate) priority: u32,
     session: RwLock<Option<Arc<Session>>>,
@@ -120,14 +122,15 @@ impl PathSlot {
         id: PathId,
         portal: SocketAddr,
         tpgt: u16,
-        weight: u32,
-        priority: u32,
+        isid: [u8; 6],
+        (weight, priority): (u32, u32),
     ) -> PathSlot {
         PathSlot {
             id,
             portal,
             tpgt,
-            isid: crate::random_isid(),
+            isid,
+            cid: u16::try_from(id.0 + 1).unwrap_or(u16::MAX),
             weight: weight.max(1),
             priority,
             session: RwLock::new(None),

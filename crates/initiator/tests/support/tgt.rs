@@ -2,6 +2,7 @@
 //! the portal a discovery session came in on, so callers list both portals themselves.
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,12 +44,20 @@ impl Tgt {
             format!("127.0.0.1:{port}").parse().unwrap(),
             format!("127.0.0.2:{port}").parse().unwrap(),
         ];
-        let control = 20000 + (std::process::id() % 20000) as u16;
+        // A control port (a socket name under /var/run/tgtd) no other tgtd uses.
+        let control = (0..100)
+            .map(|k| 20000 + ((std::process::id() + u32::from(port) + k) % 12000) as u16)
+            .find(|c| {
+                !Path::new(&format!("/var/run/tgtd/socket.{c}")).exists()
+                    && !Path::new(&format!("/var/run/tgtd/socket.{c}.lock")).exists()
+            })
+            .expect("a free tgtd control port");
+        let log = dir.path().join("tgtd.log");
         let child = Command::new("tgtd")
             .args(["-f", "-C", &control.to_string(), "--iscsi"])
             .arg(format!("portal={}", portals[0]))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("tgtd log"))
             .spawn()
             .expect("tgtd (apt-get install tgt)");
         let mut tgt = Tgt {
@@ -58,16 +67,16 @@ impl Tgt {
             _dir: dir,
         };
         let start = Instant::now();
-        while !adm(
-            control,
-            &["--lld", "iscsi", "--op", "show", "--mode", "target"],
-        )
-        .status
-        .success()
-        {
+        let show = ["--lld", "iscsi", "--op", "show", "--mode", "target"];
+        while !adm(control, &show).status.success() {
+            let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+            if let Ok(Some(status)) = tgt.child.try_wait() {
+                panic!("tgtd exited ({status}): {}", log_text());
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "tgtd did not come up"
+                "tgtd did not come up: {}",
+                log_text()
             );
             // Waiting for tgtd's control socket to appear; each try checks it.
             std::thread::sleep(Duration::from_millis(50));

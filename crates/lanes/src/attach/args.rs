@@ -74,6 +74,9 @@ pub struct AttachArgs {
     /// Priority of one portal for the failover policy (ADDR:PORT=N, higher first; default 0).
     #[arg(long = "priority", value_name = "ADDR:PORT=N")]
     pub priorities: Vec<PortalValue>,
+    /// One session with one connection per portal (MC/S) instead of one session per portal.
+    #[arg(long)]
+    pub mcs: bool,
     /// Export the device over NBD: unix:PATH or a loopback ADDR:PORT.
     #[arg(long, value_name = "unix:PATH|ADDR:PORT")]
     pub nbd: Option<lanes_export::NbdListen>,

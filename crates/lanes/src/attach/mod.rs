@@ -131,6 +131,7 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
     config.health.failback = args.failback;
     config.no_path_timeout = args.no_path_timeout.0;
     config.split_threshold = args.split_threshold;
+    config.mcs = args.mcs;
     let mp = Arc::new(Multipath::attach(config).await?);
     // One attach per LUN per host: two would each think they own the device's caches.
     let _lock = match lock::AttachLock::take(mp.lun_id()) {
