@@ -544,3 +544,32 @@ async fn a_cmdsn_hole_is_plugged_through_another_connection() {
     assert_eq!(r.expect("read").len(), 512);
     server.stop().await;
 }
+
+/// With every path black-holed, I/O waits for the no-path timeout and then fails cleanly;
+/// nothing hangs, and the device still detaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_every_path_down_io_fails_after_the_no_path_timeout() {
+    let server = serve("mp-none", "64M").await;
+    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
+    let p2 = Proxy::start("127.0.0.1:0", server.portals[1]).await;
+    let mut cfg = config(&[p1.addr, p2.addr]);
+    cfg.no_path_timeout = Duration::from_secs(2);
+    let mp = Multipath::attach(cfg).await.expect("attach");
+    mp.read(0, 512).await.expect("read while healthy");
+    p1.blackhole();
+    p2.blackhole();
+    let start = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(30), mp.read(4096, 4096))
+        .await
+        .expect("the read must not hang")
+        .expect_err("no path: the read fails");
+    let waited = start.elapsed();
+    assert!(
+        matches!(e, lanes_initiator::Error::NoPath { secs: 2 }),
+        "{e}"
+    );
+    // It waited for a path (detection, then the no-path timeout) rather than failing at once.
+    assert!(waited >= Duration::from_secs(2), "failed after {waited:?}");
+    let _ = tokio::time::timeout(Duration::from_secs(10), mp.detach(Duration::from_secs(1))).await;
+    server.stop().await;
+}

@@ -16,6 +16,7 @@ use served::serve_on;
 struct Attached {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
+    printed: Vec<String>,
 }
 
 impl Drop for Attached {
@@ -29,6 +30,13 @@ fn lanes(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
     c.args(args).env("RUST_LOG", "warn");
     c
+}
+
+/// What the attach printed before its "attached" line, e.g. `metrics: http://...`.
+fn printed(a: &Attached, prefix: &str) -> Option<String> {
+    a.printed
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix).map(str::to_string))
 }
 
 fn attach(run_dir: &Path, args: &[&str]) -> Attached {
@@ -45,7 +53,11 @@ fn attach(run_dir: &Path, args: &[&str]) -> Attached {
             let _ = tx.send(line);
         }
     });
-    let a = Attached { child, lines: rx };
+    let mut a = Attached {
+        child,
+        lines: rx,
+        printed: Vec::new(),
+    };
     loop {
         let line = a
             .lines
@@ -55,6 +67,7 @@ fn attach(run_dir: &Path, args: &[&str]) -> Attached {
             assert!(line.contains("over 2 path(s)"), "{line}");
             return a;
         }
+        a.printed.push(line);
     }
 }
 
@@ -93,6 +106,8 @@ fn nbd_export_status_second_attach_and_clean_stop() {
             &format!("unix:{}", nbd.display()),
             "--status-socket",
             status.to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
         ],
     );
 
@@ -154,6 +169,17 @@ fn nbd_export_status_second_attach_and_clean_stop() {
         text.contains("Paths (2)") && text.contains("active"),
         "{text}"
     );
+
+    // Prometheus metrics name both paths.
+    let metrics = printed(&a, "metrics: http://").expect("metrics address printed");
+    let addr = metrics.trim_end_matches("/metrics").to_string();
+    let mut http = std::net::TcpStream::connect(&addr).expect("metrics connect");
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert_eq!(body.matches("lanes_path_up{").count(), 2, "{body}");
+    assert!(body.contains("lanes_replayed_total"), "{body}");
 
     // A second attach of the same LUN on this host is refused.
     let second = output(
@@ -222,10 +248,67 @@ fn fuse_file_export() {
     f.read_exact(&mut back).unwrap();
     assert_eq!(&back, b"lanes multipath");
     drop(f);
+
+    // The seed's workflow without a kernel initiator: a loop device on the file, ext4, mount,
+    // write, unmount, and a clean fsck.
+    let fs = FsGuard::new(&disk, &dir.path().join("fs"));
+    let file = fs.mnt.join("hello.txt");
+    std::fs::write(&file, b"written through every path\n").expect("write on ext4");
+    fs.finish();
+
     drop(a);
     // Killed without a clean stop: the mount must not be left behind for the next test.
     let _ = Command::new("umount").arg("-l").arg(&mnt).status();
     drop(served);
+}
+
+/// A loop device on the FUSE file with ext4 mounted on it, torn down however the test ends.
+struct FsGuard {
+    loopdev: String,
+    mnt: std::path::PathBuf,
+    mounted: bool,
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl FsGuard {
+    fn new(disk: &Path, mnt: &Path) -> FsGuard {
+        std::fs::create_dir_all(mnt).unwrap();
+        let loopdev = run_ok(Command::new("losetup").args(["--find", "--show"]).arg(disk));
+        let mut g = FsGuard {
+            loopdev,
+            mnt: mnt.to_path_buf(),
+            mounted: false,
+        };
+        run_ok(Command::new("mkfs.ext4").args(["-q", "-F", &g.loopdev]));
+        run_ok(Command::new("mount").arg(&g.loopdev).arg(mnt));
+        g.mounted = true;
+        g
+    }
+
+    /// Unmounts and checks the file system.
+    fn finish(mut self) {
+        run_ok(Command::new("umount").arg(&self.mnt));
+        self.mounted = false;
+        run_ok(Command::new("e2fsck").args(["-fn", &self.loopdev]));
+    }
+}
+
+impl Drop for FsGuard {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
+    }
 }
 
 #[test]

@@ -155,6 +155,9 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
     let status = status::StatusServer::bind(&socket, args.metrics)
         .await
         .with_context(|| format!("binding the status socket {}", socket.display()))?;
+    if let Some(addr) = status.metrics_addr() {
+        println!("metrics: http://{addr}/metrics");
+    }
     {
         let (mp, rx) = (mp.clone(), shutdown_rx.clone());
         tasks.spawn(async move { status.serve(mp, rx).await });

@@ -150,6 +150,11 @@ impl StatusServer {
         })
     }
 
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     pub async fn serve(self, mp: Arc<Multipath>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let metrics = self.metrics;
         let mp2 = mp.clone();
