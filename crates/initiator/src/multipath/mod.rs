@@ -159,16 +159,7 @@ impl Multipath {
         let logins = if config.mcs {
             mcs_logins(&config, &slots).await
         } else {
-            futures_util::future::join_all(slots.iter().map(|s| {
-                health::login_path(
-                    s.portal,
-                    &config.target,
-                    &config.login,
-                    s.isid,
-                    health::ATTACH_TIMEOUT,
-                )
-            }))
-            .await
+            futures_util::future::join_all(slots.iter().map(|s| leading_login(&config, s))).await
         };
         // The first path that logged in defines the device; the others must agree with it.
         let Some(reference) = logins.iter().find_map(|l| l.as_ref().ok()) else {
@@ -498,6 +489,18 @@ impl Drop for Multipath {
     }
 }
 
+/// A new session through the path's portal, at attach time.
+async fn leading_login(config: &MultipathConfig, s: &PathSlot) -> Result<health::PathLogin, Error> {
+    health::login_path(
+        s.portal,
+        &config.target,
+        &config.login,
+        s.isid,
+        health::ATTACH_TIMEOUT,
+    )
+    .await
+}
+
 /// MC/S: the first portal that accepts a leading login starts the session; every other
 /// portal joins it as a connection.
 async fn mcs_logins(
@@ -520,16 +523,7 @@ async fn mcs_logins(
                 )
                 .await
             }
-            None => {
-                health::login_path(
-                    s.portal,
-                    &config.target,
-                    &config.login,
-                    s.isid,
-                    health::ATTACH_TIMEOUT,
-                )
-                .await
-            }
+            None => leading_login(config, s).await,
         };
         if login.is_ok() && lead.is_none() {
             lead = Some(out.len());
