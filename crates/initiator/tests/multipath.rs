@@ -191,6 +191,17 @@ async fn blackholed_path_fails_over_on_tgt() {
 }
 
 async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr], mcs: bool) {
+    blackhole_failover_groups(target, lun, portals, mcs, 1).await;
+}
+
+/// `tpgt2`: the portal group of the second portal (the first is in group 1).
+async fn blackhole_failover_groups(
+    target: &str,
+    lun: u64,
+    portals: &[SocketAddr],
+    mcs: bool,
+    tpgt2: u16,
+) {
     // RUST_LOG=info shows the path state changes and fences when a run fails.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -200,6 +211,7 @@ async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr], mcs:
     let p2 = Proxy::start("127.0.0.1:0", portals[1]).await;
     let mut cfg = config_for(target, lun, &[p1.addr, p2.addr]);
     cfg.mcs = mcs;
+    cfg.portals[1].tpgt = tpgt2;
     let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
     wait_until("both paths active", Duration::from_secs(5), || {
         active_paths(&mp) == 2
@@ -572,4 +584,16 @@ async fn with_every_path_down_io_fails_after_the_no_path_timeout() {
     assert!(waited >= Duration::from_secs(2), "failed after {waited:?}");
     let _ = tokio::time::timeout(Duration::from_secs(10), mp.detach(Duration::from_secs(1))).await;
     server.stop().await;
+}
+
+/// Each portal its own portal group: no session can be reinstated through the other portal, so
+/// the failed path is fenced with a LOGICAL UNIT RESET through the surviving one (after our own
+/// commands are drained), and its writes are replayed with no error and no stale write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blackholed_path_in_its_own_portal_group_is_fenced_by_lun_reset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let handle = serve_two_groups(&dir).await;
+    let portals: Vec<SocketAddr> = handle.info.portals.iter().map(|p| p.1).collect();
+    blackhole_failover_groups(TARGET, 0, &portals, false, 2).await;
+    let _ = tokio::time::timeout(Duration::from_secs(20), handle.stop()).await;
 }

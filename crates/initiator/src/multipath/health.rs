@@ -156,10 +156,66 @@ impl Inner {
                 }
             }
         }
-        warn!(
-            path = %slot.id, portal = %slot.portal, group = slot.tpgt,
-            "no surviving portal in this portal group to fence through: its in-flight writes wait until the path logs in again"
-        );
+        // No surviving portal in the failed path's portal group (each portal its own ALUA
+        // group, say): a LOGICAL UNIT RESET through any surviving path makes the target end
+        // every task of the LUN, the failed session's included, and answer only then (SAM-5
+        // 6.3). Our own commands are drained first so that the reset aborts none of them.
+        let Some((index_via, via)) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .find_map(|(i, s)| s.current().map(|(session, _)| (i, session)))
+        else {
+            warn!(
+                path = %slot.id, portal = %slot.portal,
+                "no surviving path to fence through: its in-flight writes wait until the path logs in again"
+            );
+            return;
+        };
+        let reset = async {
+            self.quiesce().await;
+            via.lun_reset().await
+        };
+        let result = tokio::time::timeout(LOGIN_TIMEOUT, reset).await;
+        self.paused.store(false, Ordering::SeqCst);
+        self.resume.notify_waiters();
+        match result {
+            Ok(Ok(())) => {
+                slot.fenced.send_modify(|f| *f = (*f).max(epoch));
+                self.fences.fetch_add(1, Ordering::Relaxed);
+                info!(
+                    path = %slot.id, portal = %slot.portal,
+                    through = %self.slots.get(index_via).map(|s| s.portal.to_string()).unwrap_or_default(),
+                    "fenced: LOGICAL UNIT RESET ended the failed path's tasks (no other portal in its group); its writes are replayed"
+                );
+            }
+            Ok(Err(e)) => {
+                warn!(path = %slot.id, "fencing LOGICAL UNIT RESET failed: {e}; writes wait for the path's own login")
+            }
+            Err(_) => {
+                warn!(path = %slot.id, "fencing LOGICAL UNIT RESET timed out; writes wait for the path's own login")
+            }
+        }
+    }
+
+    /// Stops new commands and waits until none is in flight on any path.
+    async fn quiesce(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            let busy: u32 = self
+                .slots
+                .iter()
+                .map(|s| s.inflight_cmds.load(Ordering::SeqCst))
+                .sum();
+            if busy == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Logs path `index` in again (with its ISID, which also fences its old session).

@@ -84,6 +84,27 @@ fn classify(e: &Error) -> Verdict {
 }
 
 impl Inner {
+    /// Ends a command's accounting on `slot`, and wakes a quiescing fence when the device
+    /// has nothing left in flight.
+    fn end_on(&self, slot: &super::slot::PathSlot, bytes: u32) {
+        if slot.end(bytes) && self.paused.load(Ordering::SeqCst) {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits while the device is paused by a fence.
+    async fn wait_resumed(&self) {
+        loop {
+            let resumed = self.resume.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !self.paused.load(Ordering::SeqCst) {
+                return;
+            }
+            resumed.await;
+        }
+    }
+
     /// The selector's choice among the paths, from their atomic counters.
     fn pick(&self, bytes: u32) -> Option<usize> {
         let mut views = [PathView::default(); MAX_PATHS];
@@ -142,10 +163,16 @@ impl Inner {
                 continue;
             };
             slot.begin(bytes);
+            if self.paused.load(Ordering::SeqCst) {
+                // A fence is quiescing the device: step back and wait for it.
+                self.end_on(slot, bytes);
+                self.wait_resumed().await;
+                continue;
+            }
             let start = Instant::now();
             let result =
                 tokio::time::timeout(self.config.health.command_timeout, op.run(&session)).await;
-            slot.end(bytes);
+            self.end_on(slot, bytes);
             let reason = match result {
                 Ok(Ok(data)) => {
                     slot.stats.record(start.elapsed(), bytes);

@@ -104,6 +104,11 @@ pub(crate) struct Inner {
     refresh_alua: Notify,
     alua_supported: AtomicBool,
     closing: AtomicBool,
+    /// Set while a fence quiesces the device (LOGICAL UNIT RESET); `idle` and `resume` pair
+    /// with it.
+    paused: AtomicBool,
+    idle: Notify,
+    resume: Notify,
     replayed: AtomicU64,
     fences: AtomicU64,
 }
@@ -242,6 +247,9 @@ impl Multipath {
             refresh_alua: Notify::new(),
             alua_supported: AtomicBool::new(true),
             closing: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            idle: Notify::new(),
+            resume: Notify::new(),
             replayed: AtomicU64::new(0),
             fences: AtomicU64::new(0),
         });

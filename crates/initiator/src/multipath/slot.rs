@@ -190,13 +190,16 @@ impl PathSlot {
     pub(crate) fn begin(&self, bytes: u32) {
         self.inflight_bytes
             .fetch_add(u64::from(bytes), Ordering::Relaxed);
-        self.inflight_cmds.fetch_add(1, Ordering::Relaxed);
+        // SeqCst pairs with the pause flag (`Inner::quiesce`): either the quiescing task sees
+        // this command, or this command sees the pause.
+        self.inflight_cmds.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub(crate) fn end(&self, bytes: u32) {
+    /// Returns true when this was the path's last command in flight.
+    pub(crate) fn end(&self, bytes: u32) -> bool {
         self.inflight_bytes
             .fetch_sub(u64::from(bytes), Ordering::Relaxed);
-        self.inflight_cmds.fetch_sub(1, Ordering::Relaxed);
+        self.inflight_cmds.fetch_sub(1, Ordering::SeqCst) == 1
     }
 }
 
