@@ -597,3 +597,59 @@ async fn blackholed_path_in_its_own_portal_group_is_fenced_by_lun_reset() {
     blackhole_failover_groups(TARGET, 0, &portals, false, 2).await;
     let _ = tokio::time::timeout(Duration::from_secs(20), handle.stop()).await;
 }
+
+/// A path that still answers pings but is far slower than the other is demoted: it stops
+/// carrying I/O, with no error, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_path_is_demoted() {
+    let server = serve("mp-slow", "64M").await;
+    let p1 = Proxy::start("127.0.0.1:0", server.portals[0]).await;
+    let p2 = Proxy::start("127.0.0.1:0", server.portals[1]).await;
+    let mut cfg = config(&[p1.addr, p2.addr]);
+    // Pings must not fail it: the slowness stays under three ping intervals.
+    cfg.health.ping_interval = Duration::from_millis(250);
+    let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
+    wait_until("both paths active", Duration::from_secs(5), || {
+        active_paths(&mp) == 2
+    })
+    .await;
+    p1.slow(60);
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..8u64 {
+        let (mp, stop, errors) = (mp.clone(), stop.clone(), errors.clone());
+        workers.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                if mp.read(((w * 997 + i) % 1000) * 512, 512).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    wait_until("path 0 demoted", Duration::from_secs(5), || {
+        mp.status().paths[0].state.starts_with("demoted")
+    })
+    .await;
+    let st = mp.status();
+    let reason = &st.paths[0].history.last().expect("a state change").reason;
+    assert!(reason.contains("latency"), "{reason}");
+    assert!(!st.paths[0].eligible);
+    let idle = mp.status().paths[0].completed;
+    let busy = mp.status().paths[1].completed;
+    wait_until("I/O on path 1", Duration::from_secs(5), || {
+        mp.status().paths[1].completed > busy + 500
+    })
+    .await;
+    // At most the commands that were already queued on path 0 completed there.
+    assert!(mp.status().paths[0].completed <= idle + 64);
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(errors.load(Ordering::Relaxed), 0);
+    mp.detach(Duration::from_secs(5)).await.expect("detach");
+    server.stop().await;
+}

@@ -18,6 +18,8 @@ struct Link {
 pub struct Proxy {
     pub addr: SocketAddr,
     black: Arc<AtomicBool>,
+    /// Extra one-way delay in ms applied to what the initiator sends (a slow path).
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
     links: Arc<Mutex<Vec<Arc<Link>>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -35,7 +37,8 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy addr");
         let black = Arc::new(AtomicBool::new(false));
         let links: Arc<Mutex<Vec<Arc<Link>>>> = Arc::default();
-        let (b, l) = (black.clone(), links.clone());
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (b, l, d) = (black.clone(), links.clone(), delay_ms.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if b.load(Ordering::SeqCst) {
@@ -56,6 +59,7 @@ impl Proxy {
                 });
                 l.lock().unwrap().push(link.clone());
                 let black_up = b.clone();
+                let delay_up = d.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 256 << 10];
                     loop {
@@ -66,6 +70,11 @@ impl Proxy {
                         if black_up.load(Ordering::SeqCst) {
                             link.held.lock().unwrap().extend_from_slice(&buf[..n]);
                             continue;
+                        }
+                        let delay = delay_up.load(Ordering::SeqCst);
+                        if delay > 0 {
+                            // The emulated slow link itself, not a test waiting for something.
+                            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                         }
                         let mut w = link.to_target.lock().await;
                         let held = std::mem::take(&mut *link.held.lock().unwrap());
@@ -104,10 +113,16 @@ impl Proxy {
         });
         Proxy {
             addr,
+            delay_ms,
             black,
             links,
             task,
         }
+    }
+
+    /// Delays everything the initiator sends by `ms` from now on (0: no delay).
+    pub fn slow(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     pub fn blackhole(&self) {
