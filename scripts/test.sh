@@ -38,7 +38,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests"
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --release
+    cargo nextest run --workspace --release --no-fail-fast
     # nextest does not run doctests.
     cargo test --workspace --release --doc
 else

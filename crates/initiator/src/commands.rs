@@ -41,7 +41,12 @@ impl Session {
     ///
     /// This alone does not stop the target from executing commands it already received: fence
     /// with session reinstatement or a LOGICAL UNIT RESET before replaying writes elsewhere.
+    ///
+    /// Returns the CmdSNs its lost commands had taken (also when the connection had already
+    /// ended on its own), for MC/S to fill the holes they leave.
     pub fn kill(&self) -> Vec<u32> {
+        // Drain first: the reader, woken by the shutdown below, must find nothing to lose.
+        self.shared.end();
         let socket = self
             .shared
             .socket
@@ -54,7 +59,7 @@ impl Session {
         }
         self.reader.abort();
         self.writer.abort();
-        self.shared.end()
+        self.shared.take_lost()
     }
 
     /// MC/S: asks the target, on this connection, to close connection `cid` of the session

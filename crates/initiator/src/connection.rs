@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     /// A second descriptor of the socket, so `Session::kill` can make its close abortive.
     pub(crate) socket: Mutex<Option<OwnedFd>>,
+    /// CmdSNs of the commands lost when the connection ended (see `end`).
+    pub(crate) lost: Mutex<Vec<u32>>,
     pub(crate) window: Arc<Window>,
     pub(crate) addr: SocketAddr,
     pub(crate) max_send: usize,
@@ -221,20 +223,26 @@ pub(crate) async fn read_loop(
 
 impl Shared {
     /// The connection is gone: every outstanding command ends with `ConnectionLost` and no new
-    /// one is queued. Returns the CmdSNs those commands had taken.
-    pub(crate) fn end(&self) -> Vec<u32> {
+    /// one is queued. The CmdSNs those commands had taken are kept for `take_lost`, however the
+    /// connection ended (killed, or lost on its own).
+    pub(crate) fn end(&self) {
         let pending: Vec<Pending> = {
             let mut st = self.lock();
             st.tx = None;
             st.pending.drain().map(|(_, p)| p).collect()
         };
-        let mut taken = Vec::with_capacity(pending.len());
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
         for p in pending {
-            taken.extend(p.cmd_sn);
+            lost.extend(p.cmd_sn);
             let _ = p.reply.send(Err(Error::ConnectionLost));
         }
+        drop(lost);
         self.window.opened.notify_waiters();
-        taken
+    }
+
+    /// The CmdSNs of the commands the ended connection lost (each returned once).
+    pub(crate) fn take_lost(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.lost.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

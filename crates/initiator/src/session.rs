@@ -321,6 +321,7 @@ impl Session {
                 tx: Some(tx),
             }),
             socket: Mutex::new(socket),
+            lost: Mutex::new(Vec::new()),
             window,
             addr: portal,
             max_send: (negotiated.max_send_data_segment_length as usize).max(512),

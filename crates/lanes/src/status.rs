@@ -22,6 +22,9 @@ pub struct StatusArgs {
     /// Print the raw JSON reply.
     #[arg(long)]
     json: bool,
+    /// On a `lanes attach` socket: fail back now (the failover policy with `--failback manual`).
+    #[arg(long)]
+    failback: bool,
 }
 
 fn socket_path(socket: Option<PathBuf>) -> PathBuf {
@@ -50,6 +53,14 @@ pub async fn request(socket: Option<PathBuf>, request: &Value) -> anyhow::Result
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    if args.failback {
+        let reply = request(args.socket, &serde_json::json!({"cmd": "failback"})).await?;
+        if let Some(e) = reply.get("error").and_then(Value::as_str) {
+            anyhow::bail!("{e}");
+        }
+        println!("failback requested");
+        return Ok(());
+    }
     let value = request(args.socket, &serde_json::json!({"cmd": "status"})).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
