@@ -347,3 +347,59 @@ fn lost_connection_releases_its_waiting_writes() {
     again.write10(60, &d);
     assert_eq!(again.read10(60, 1), d);
 }
+
+/// MC/S fencing: a logout of connection B sent on connection A is answered only once B is
+/// gone with its tasks, so whatever B still had pending can never execute afterwards: B's
+/// write that waited for its data stays unwritten even if the data shows up late.
+#[test]
+fn logout_of_another_connection_fences_it() {
+    let server = TestServer::start(&mcs_toml());
+    let opts_a = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut a = Conn::login_to(server.portals[0].1, &opts_a);
+    let opts_b = LoginOpts {
+        tsih: a.tsih,
+        cid: 2,
+        cmd_sn: a.cmd_sn,
+        ..opts_a.clone()
+    };
+    let mut b = Conn::connect(server.portals[1].1);
+    b.login(&opts_b).expect("second connection joins");
+    b.immediate_data = false;
+    b.initial_r2t = true;
+    let before = a.read10(70, 8);
+    // B's write gets its R2T; then B goes silent (its socket stays open, as in a black hole).
+    let n = a.cmd_sn;
+    let stale = pattern(77, 4096);
+    b.send_scsi(0xb1b1, n, 0, &cdb_write10(70, 8, 0), 4096, Some(&stale));
+    let ttt = match b.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == 0xb1b1)) {
+        Ok(Pdu::R2t(r)) => r.ttt,
+        other => panic!("expected an R2T, got {other:?}"),
+    };
+    a.cmd_sn = n.wrapping_add(1);
+    assert_eq!(
+        a.logout(1, 2),
+        0,
+        "logout of connection 2 through connection 1"
+    );
+    // B's data arrives late: it must not land.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        b.send_data_out(0xb1b1, 0, ttt, &stale, 0, 4096);
+    }));
+    assert!(b.wait_closed(TIMEOUT).0, "connection 2 closed");
+    assert_eq!(
+        a.read10(70, 8),
+        before,
+        "the fenced connection's write landed"
+    );
+    let fresh = pattern(78, 4096);
+    a.write10(70, &fresh);
+    assert_eq!(
+        a.read10(70, 8),
+        fresh,
+        "the session goes on through connection 1"
+    );
+}
