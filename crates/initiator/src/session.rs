@@ -41,6 +41,9 @@ pub struct LoginOptions {
     /// The LUN the session's SCSI commands address.
     pub lun: u64,
     pub offer: Offer,
+    /// The local network interface the connection must leave through (SO_BINDTODEVICE), so
+    /// that paths to portals on one subnet (a mesh) each use their own NIC.
+    pub bind_device: Option<String>,
 }
 
 impl LoginOptions {
@@ -51,6 +54,7 @@ impl LoginOptions {
             chap: None,
             lun: 0,
             offer: Offer::default(),
+            bind_device: None,
         }
     }
 }
@@ -131,8 +135,29 @@ impl Drop for Session {
     }
 }
 
-async fn connect(portal: SocketAddr) -> Result<TcpStream, Error> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(portal))
+async fn connect(portal: SocketAddr, bind_device: Option<&str>) -> Result<TcpStream, Error> {
+    let io = |source| Error::Io {
+        addr: portal,
+        source,
+    };
+    let socket = if portal.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(io)?;
+    if let Some(dev) = bind_device {
+        socket
+            .bind_device(Some(dev.as_bytes()))
+            .map_err(|source| Error::Io {
+                addr: portal,
+                source: std::io::Error::new(
+                    source.kind(),
+                    format!("binding to interface {dev}: {source}"),
+                ),
+            })?;
+    }
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(portal))
         .await
         .map_err(|_| Error::ConnectTimeout {
             addr: portal,
@@ -273,7 +298,7 @@ impl Session {
         lead: Option<&Session>,
         cid: u16,
     ) -> Result<Session, Error> {
-        let mut stream = connect(portal).await?;
+        let mut stream = connect(portal, options.bind_device.as_deref()).await?;
         let (tsih, cmd_sn) = match lead {
             Some(l) => (l.negotiated.tsih, l.shared.window.lock().cmd_sn),
             None => (0, 1),

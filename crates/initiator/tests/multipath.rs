@@ -77,6 +77,7 @@ fn config_for(target: &str, lun: u64, portals: &[SocketAddr]) -> MultipathConfig
             tpgt: 1,
             weight: 1,
             priority: 0,
+            interface: None,
         })
         .collect();
     let mut login = LoginOptions::new(INITIATOR);

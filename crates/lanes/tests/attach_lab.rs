@@ -63,12 +63,16 @@ fn relay() -> lanes_lab::RelayCommand {
 
 impl Rig {
     fn up(tag: &str, nics: usize) -> Rig {
+        Rig::up_with(tag, nics, lanes_lab::Topology::Pathing)
+    }
+
+    fn up_with(tag: &str, nics: usize, topology: lanes_lab::Topology) -> Rig {
         require_root();
         let lab = format!("a{}-{tag}", std::process::id());
         let _ = lanes_lab::down(&lab);
         let options = lanes_lab::Options {
             name: lab.clone(),
-            topology: lanes_lab::Topology::Pathing,
+            topology,
             nics,
             storage_nics: nics,
             rate: "1gbit".parse().expect("rate"),
@@ -165,6 +169,7 @@ fn config(portals: &[SocketAddr]) -> MultipathConfig {
             tpgt: 1,
             weight: 1,
             priority: 0,
+            interface: None,
         })
         .collect();
     MultipathConfig::new(
@@ -390,4 +395,59 @@ fn lab_failover(tag: &str, trials: usize, mcs: bool) -> Vec<Trial> {
         mp.detach(Duration::from_secs(10)).await.expect("detach");
         results
     })
+}
+
+/// Bytes sent by a NIC of the lab's host namespace.
+fn tx_bytes(lab: &str, nic: &str) -> u64 {
+    let ns = lanes_lab::plan::real_namespace(lab, "host");
+    let out = std::process::Command::new("ip")
+        .args(["-n", &ns, "-j", "-s", "link", "show", "dev", nic])
+        .output()
+        .expect("ip -s link");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip JSON");
+    v[0]["stats64"]["tx"]["bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no tx bytes for {nic}: {v}"))
+}
+
+/// In a mesh every NIC is on one subnet, so the routing table sends every path out through
+/// one NIC (seed 003's lost throughput). `--bind` gives each path its own NIC.
+#[test]
+fn bound_paths_in_a_mesh_each_use_their_own_nic() {
+    let rig = Rig::up_with("mesh", 2, lanes_lab::Topology::Mesh);
+    for bind in [false, true] {
+        let (lab, portals) = (rig.lab.clone(), rig.portals.clone());
+        let before = [tx_bytes(&lab, "link1"), tx_bytes(&lab, "link2")];
+        rig.in_host(async move {
+            let mut cfg = config(&portals);
+            if bind {
+                cfg.portals[0].interface = Some("link1".into());
+                cfg.portals[1].interface = Some("link2".into());
+            }
+            let mp = Multipath::attach(cfg).await.expect("attach");
+            assert_eq!(mp.status().paths.len(), 2);
+            // 64 MiB of 1 MiB writes, each split over both paths.
+            let data = Bytes::from(vec![0x5a; 1 << 20]);
+            for i in 0..64u64 {
+                mp.write(i << 20, data.clone(), false).await.expect("write");
+            }
+            mp.detach(Duration::from_secs(10)).await.expect("detach");
+        });
+        let sent = [
+            tx_bytes(&rig.lab, "link1") - before[0],
+            tx_bytes(&rig.lab, "link2") - before[1],
+        ];
+        eprintln!("bind {bind}: sent {sent:?} bytes on link1, link2");
+        if bind {
+            assert!(
+                sent.iter().all(|&b| b > 16 << 20),
+                "with --bind both NICs carry the writes: {sent:?}"
+            );
+        } else {
+            assert!(
+                sent.iter().any(|&b| b < 1 << 20),
+                "without binding one NIC carries everything (the mesh problem): {sent:?}"
+            );
+        }
+    }
 }

@@ -128,9 +128,10 @@ impl Inner {
             if other.id == slot.id || other.tpgt != slot.tpgt || other.current().is_none() {
                 continue;
             }
+            // The failed path's session id, through the surviving path's portal and interface.
             let opts = LoginOptions {
                 isid: slot.isid,
-                ..self.config.login.clone()
+                ..other.options(&self.config.login)
             };
             let attempt = tokio::time::timeout(
                 LOGIN_TIMEOUT,
@@ -231,7 +232,7 @@ impl Inner {
                 login_path(
                     slot.portal,
                     &self.config.target,
-                    &self.config.login,
+                    &slot.options(&self.config.login),
                     slot.isid,
                     RECONNECT_TIMEOUT,
                 )

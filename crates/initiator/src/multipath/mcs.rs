@@ -123,7 +123,7 @@ impl Inner {
                     &lead,
                     slot.portal,
                     &self.config.target,
-                    &self.config.login,
+                    &slot.options(&self.config.login),
                     slot.isid,
                     slot.cid,
                     limit,
@@ -134,7 +134,7 @@ impl Inner {
                 let login = super::health::login_path(
                     slot.portal,
                     &self.config.target,
-                    &self.config.login,
+                    &slot.options(&self.config.login),
                     slot.isid,
                     limit,
                 )

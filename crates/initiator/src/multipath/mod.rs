@@ -44,6 +44,8 @@ pub struct PortalConfig {
     pub tpgt: u16,
     pub weight: u32,
     pub priority: u32,
+    /// Local interface this path's connections leave through (None: the routing table decides).
+    pub interface: Option<String>,
 }
 
 /// Everything `Multipath::attach` needs.
@@ -157,6 +159,7 @@ impl Multipath {
                     p.tpgt,
                     isid,
                     (p.weight, p.priority),
+                    p.interface.clone(),
                 )
             })
             .collect();
@@ -367,7 +370,7 @@ async fn leading_login(config: &MultipathConfig, s: &PathSlot) -> Result<health:
     health::login_path(
         s.portal,
         &config.target,
-        &config.login,
+        &s.options(&config.login),
         s.isid,
         health::ATTACH_TIMEOUT,
     )
@@ -389,7 +392,7 @@ async fn mcs_logins(
                     &l.session,
                     s.portal,
                     &config.target,
-                    &config.login,
+                    &s.options(&config.login),
                     s.isid,
                     s.cid,
                     health::ATTACH_TIMEOUT,

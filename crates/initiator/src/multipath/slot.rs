@@ -93,6 +93,8 @@ pub(crate) struct PathSlot {
     /// One ISID for the device's lifetime: every login of this path (and the fencing login of
     /// its failed session through another portal) uses it, so each reinstates the previous one.
     pub(crate) isid: [u8; 6],
+    /// Local interface the path's connections leave through, if bound.
+    pub(crate) interface: Option<String>,
     /// Connection ID of the path's logins (its index + 1; with MC/S all paths share the ISID).
     pub(crate) cid: u16,
     pub(crate) weight: u32,
@@ -124,8 +126,10 @@ impl PathSlot {
         tpgt: u16,
         isid: [u8; 6],
         (weight, priority): (u32, u32),
+        interface: Option<String>,
     ) -> PathSlot {
         PathSlot {
+            interface,
             id,
             portal,
             tpgt,
@@ -146,6 +150,14 @@ impl PathSlot {
             stats: Stats::new(),
             last_completion: AtomicU64::new(0),
             rates: std::sync::Mutex::new(Rates::default()),
+        }
+    }
+
+    /// `base` as this path logs in: its interface binding.
+    pub(crate) fn options(&self, base: &crate::LoginOptions) -> crate::LoginOptions {
+        crate::LoginOptions {
+            bind_device: self.interface.clone(),
+            ..base.clone()
         }
     }
 

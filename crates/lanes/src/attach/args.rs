@@ -33,6 +33,30 @@ impl FromStr for Span {
     }
 }
 
+/// `ADDR:PORT=IFACE` for --bind.
+#[derive(Debug, Clone)]
+pub struct PortalInterface {
+    pub portal: SocketAddr,
+    pub interface: String,
+}
+
+impl FromStr for PortalInterface {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PortalInterface, String> {
+        let (p, i) = s
+            .rsplit_once('=')
+            .ok_or_else(|| format!("'{s}': expected ADDR:PORT=INTERFACE"))?;
+        // Linux interface names: 1 to 15 bytes, no '/', no whitespace.
+        if i.is_empty() || i.len() > 15 || i.contains('/') || i.contains(char::is_whitespace) {
+            return Err(format!("'{i}' is not an interface name"));
+        }
+        Ok(PortalInterface {
+            portal: p.parse().map_err(|_| format!("'{p}' is not ADDR:PORT"))?,
+            interface: i.to_string(),
+        })
+    }
+}
+
 /// `ADDR:PORT=N` for --weight and --priority.
 #[derive(Debug, Clone)]
 pub struct PortalValue {
@@ -77,6 +101,10 @@ pub struct AttachArgs {
     /// One session with one connection per portal (MC/S) instead of one session per portal.
     #[arg(long)]
     pub mcs: bool,
+    /// Send one portal's path out through a given local interface (ADDR:PORT=IFACE,
+    /// repeatable): in a mesh, where every NIC is on one subnet, each path gets its own NIC.
+    #[arg(long = "bind", value_name = "ADDR:PORT=IFACE")]
+    pub binds: Vec<PortalInterface>,
     /// Export the device over NBD: unix:PATH or a loopback ADDR:PORT.
     #[arg(long, value_name = "unix:PATH|ADDR:PORT")]
     pub nbd: Option<lanes_export::NbdListen>,
@@ -145,6 +173,13 @@ impl AttachArgs {
             .map_or(0, |w| w.value)
     }
 
+    pub fn interface_of(&self, portal: SocketAddr) -> Option<String> {
+        self.binds
+            .iter()
+            .find(|b| b.portal == portal)
+            .map(|b| b.interface.clone())
+    }
+
     pub fn status_socket_path(&self, lun_id: &str) -> PathBuf {
         self.status_socket
             .clone()
@@ -174,5 +209,11 @@ mod tests {
         assert_eq!((w.portal.port(), w.value), (3260, 4));
         assert!("10.0.0.1=4".parse::<PortalValue>().is_err());
         assert!("10.0.0.1:3260=x".parse::<PortalValue>().is_err());
+        let b: PortalInterface = "10.0.0.1:3260=eth1".parse().unwrap();
+        assert_eq!(b.interface, "eth1");
+        assert!("10.0.0.1:3260=".parse::<PortalInterface>().is_err());
+        assert!("10.0.0.1:3260=a-very-long-interface"
+            .parse::<PortalInterface>()
+            .is_err());
     }
 }

@@ -63,6 +63,20 @@ async fn portals(
             found.push((addr, tag));
         }
     }
+    for b in &args.binds {
+        if !found.iter().any(|(a, _)| *a == b.portal) {
+            bail!(
+                "--bind names {}, which is not a portal of {} (its portals: {})",
+                b.portal,
+                url.target,
+                found
+                    .iter()
+                    .map(|(a, _)| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
     Ok(found
         .into_iter()
         .map(|(addr, tpgt)| PortalConfig {
@@ -70,6 +84,7 @@ async fn portals(
             tpgt,
             weight: args.weight_of(addr),
             priority: args.priority_of(addr),
+            interface: args.interface_of(addr),
         })
         .collect())
 }
