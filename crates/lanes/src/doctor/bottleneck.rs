@@ -193,7 +193,8 @@ pub fn cause_of(paths: &[ProbedPath], group: &[usize]) -> (String, String) {
                  use only the first route: a mesh)"
             ),
             "put each host NIC and its target portal on a subnet of their own (1:1 paths), or \
-             bind one iSCSI interface per NIC (iscsiadm -m iface, Windows/VMware port binding)"
+             bind one iSCSI interface per NIC (iscsiadm -m iface, Windows/VMware port binding, \
+             lanes attach --bind PORTAL=NIC)"
                 .to_string(),
         );
     }

@@ -436,7 +436,7 @@ fn local_interfaces(paths: &[&PathFacts]) -> Vec<Check> {
                 portals.join(" and ")
             ),
             "put each host NIC and its target portal on a subnet of their own, or bind one \
-             iSCSI interface per NIC (iscsiadm -m iface)",
+             iSCSI interface per NIC (iscsiadm -m iface; lanes attach --bind PORTAL=NIC)",
         ));
     }
     if checks.is_empty() && paths.len() > 1 {
