@@ -8,6 +8,9 @@
 //! and `LANES_FAILOVER_JSON` (a file for the per-trial times) turn the same test into the
 //! failover benchmark that `bench/multipath` runs.
 
+mod root;
+use root::require_root;
+
 use bytes::Bytes;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
 use lanes_initiator::{LoginOptions, Multipath};
@@ -23,16 +26,6 @@ use std::time::{Duration, Instant};
 const PORT: u16 = 3260;
 const TARGET: &str = "iqn.2026-11.io.lanes:vm";
 const SLOT: u64 = 64 << 10;
-
-fn require_root() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    assert!(root, "lab tests need root (run ./scripts/test.sh as root)");
-}
 
 /// The lab and the target inside it, removed however the test ends.
 struct Rig {

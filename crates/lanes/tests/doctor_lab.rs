@@ -7,6 +7,9 @@
 //! turns (a lock here, and the `lab` test group in .config/nextest.toml), so no probe shares
 //! the CPU or the links with another.
 
+mod root;
+use root::require_root;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -19,16 +22,6 @@ const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 
 /// One lab test at a time, also under plain `cargo test`.
 static TURN: Mutex<()> = Mutex::new(());
-
-fn require_root() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    assert!(root, "lab tests need root (run ./scripts/test.sh as root)");
-}
 
 /// A lab and the target in its storage node, removed however the test ends.
 struct Lab {

@@ -175,8 +175,10 @@ impl Inner {
             self.end_on(slot, bytes);
             let reason = match result {
                 Ok(Ok(data)) => {
-                    slot.stats.record(start.elapsed(), bytes);
-                    let at = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    // One clock read serves the latency and the path's last-contact stamp.
+                    let done = Instant::now();
+                    slot.stats.record(done - start, bytes);
+                    let at = u64::try_from((done - self.started).as_nanos()).unwrap_or(u64::MAX);
                     slot.last_completion.fetch_max(at, Ordering::Relaxed);
                     return Ok(data);
                 }
