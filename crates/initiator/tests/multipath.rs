@@ -7,7 +7,7 @@ mod support;
 use bytes::Bytes;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
 use lanes_initiator::{LoginOptions, Multipath};
-use lanes_target::config::ServeConfig;
+use lanes_iscsi_target::config::ServeConfig;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,7 +20,7 @@ const INITIATOR: &str = "iqn.2026-01.test.lanes:mp-host";
 const BS: usize = 512;
 
 struct Server {
-    handle: Option<lanes_target::ServerHandle>,
+    handle: Option<lanes_iscsi_target::ServerHandle>,
     _dir: tempfile::TempDir,
     portals: Vec<SocketAddr>,
 }
@@ -48,7 +48,9 @@ serial = "{serial}"
     );
     let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
         .unwrap_or_else(|e| panic!("config: {e}"));
-    let handle = lanes_target::start(config).await.expect("start target");
+    let handle = lanes_iscsi_target::start(config)
+        .await
+        .expect("start target");
     let portals = handle.info.portals.iter().map(|p| p.1).collect();
     Server {
         handle: Some(handle),
@@ -335,7 +337,7 @@ async fn blackhole_failover_groups(
 }
 
 /// Two portal groups (ALUA target port groups 1 and 2), one portal each.
-async fn serve_two_groups(dir: &tempfile::TempDir) -> lanes_target::ServerHandle {
+async fn serve_two_groups(dir: &tempfile::TempDir) -> lanes_iscsi_target::ServerHandle {
     let toml = format!(
         r#"
 [server]
@@ -360,7 +362,9 @@ size = "64M"
     );
     let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
         .unwrap_or_else(|e| panic!("config: {e}"));
-    lanes_target::start(config).await.expect("start target")
+    lanes_iscsi_target::start(config)
+        .await
+        .expect("start target")
 }
 
 fn alua(dir: &tempfile::TempDir, group: u16, state: &str) {

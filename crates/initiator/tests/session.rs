@@ -2,7 +2,7 @@
 //! path (immediate data, unsolicited data, R2T), pipelining, CHAP.
 
 use lanes_initiator::{discover, ChapSecret, Error, LoginOptions, Session};
-use lanes_target::config::ServeConfig;
+use lanes_iscsi_target::config::ServeConfig;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ const INITIATOR: &str = "iqn.2026-01.test.lanes:initiator";
 const SECRET: &str = "a secret of sixteen";
 
 struct Server {
-    handle: Option<lanes_target::ServerHandle>,
+    handle: Option<lanes_iscsi_target::ServerHandle>,
     _dir: tempfile::TempDir,
     addr: SocketAddr,
 }
@@ -45,7 +45,9 @@ size = "64M"
         );
         let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
             .unwrap_or_else(|e| panic!("config: {e}"));
-        let handle = lanes_target::start(config).await.expect("start target");
+        let handle = lanes_iscsi_target::start(config)
+            .await
+            .expect("start target");
         let addr = handle.info.portals[0].1;
         Server {
             handle: Some(handle),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
-use lanes_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
+use lanes_iscsi_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
 
 use crate::banner::{Banner, BannerLun, BannerTarget};
 
@@ -42,11 +42,11 @@ pub struct ServeArgs {
 }
 
 fn parse_portal_arg(text: &str) -> Result<SocketAddr, String> {
-    lanes_target::config::parse_portal(text, lanes_target::config::DEFAULT_ISCSI_PORT)
+    lanes_iscsi_target::config::parse_portal(text, lanes_iscsi_target::config::DEFAULT_ISCSI_PORT)
 }
 
 fn parse_metrics_arg(text: &str) -> Result<SocketAddr, String> {
-    lanes_target::config::parse_portal(text, 9260)
+    lanes_iscsi_target::config::parse_portal(text, 9260)
 }
 
 impl ServeArgs {
@@ -68,7 +68,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config
         .prepare_storage()
         .context("preparing backing files")?;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_target::ServeInfo>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_iscsi_target::ServeInfo>();
     let banner_config = config.clone();
     let printer = tokio::spawn(async move {
         if let Ok(info) = ready_rx.await {
@@ -82,7 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     });
     // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
-    let result = lanes_target::serve(config, ready_tx).await;
+    let result = lanes_iscsi_target::serve(config, ready_tx).await;
     printer.abort();
     result?;
     Ok(())

@@ -4,7 +4,7 @@
 //! Also: `lanes status` shows a live session with its command counts.
 
 mod served;
-#[path = "../../target/tests/support/mod.rs"]
+#[path = "../../iscsi-target/tests/support/mod.rs"]
 mod support;
 
 use served::{serve, Served};

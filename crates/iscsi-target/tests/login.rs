@@ -183,7 +183,7 @@ fn secrets_do_not_appear_in_config_debug_output() {
     ))
     .replace("{dir}", &dir.path().display().to_string());
     let config =
-        lanes_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("x.toml"))
+        lanes_iscsi_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("x.toml"))
             .unwrap();
     let debug = format!("{config:?} {config:#?}");
     assert!(debug.contains("host1"), "the user is shown");

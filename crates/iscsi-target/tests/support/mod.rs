@@ -56,7 +56,7 @@ impl Rng {
 /// A target started in this process on its own tokio runtime; stopped on drop.
 pub struct TestServer {
     rt: Option<tokio::runtime::Runtime>,
-    handle: Option<lanes_target::ServerHandle>,
+    handle: Option<lanes_iscsi_target::ServerHandle>,
     pub dir: tempfile::TempDir,
     /// (TPGT, bound address) as the server reports them.
     pub portals: Vec<(u16, SocketAddr)>,
@@ -67,16 +67,18 @@ impl TestServer {
     pub fn start(toml: &str) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let text = toml.replace("{dir}", &dir.path().display().to_string());
-        let config =
-            lanes_target::config::ServeConfig::from_toml_str(&text, &dir.path().join("lanes.toml"))
-                .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let config = lanes_iscsi_target::config::ServeConfig::from_toml_str(
+            &text,
+            &dir.path().join("lanes.toml"),
+        )
+        .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime");
         let handle = rt
-            .block_on(lanes_target::start(config))
+            .block_on(lanes_iscsi_target::start(config))
             .unwrap_or_else(|e| panic!("start: {e}"));
         let portals = handle.info.portals.clone();
         TestServer {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lanes_target::config::{
+use lanes_iscsi_target::config::{
     naa_id, wwid_string, AclRule, AluaStateConfig, ChapAlgorithm, CliOverrides, ConfigError,
     DigestConfig, ServeConfig,
 };
