@@ -19,7 +19,7 @@ mod tmf;
 mod writer;
 
 pub use server::Portal;
-pub use target::{BuildError, TargetRuntime};
+pub use target::{BuildError, TargetRuntime, INQUIRY_PRODUCT, INQUIRY_VENDOR};
 
 use config::ServeConfig;
 use std::net::SocketAddr;

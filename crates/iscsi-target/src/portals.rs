@@ -62,3 +62,42 @@ pub fn reportable(all: &[Portal], tag: u16, local: SocketAddr) -> Vec<SocketAddr
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn portal(tpgt: u16, addr: &str) -> Portal {
+        Portal {
+            tpgt,
+            addr: addr.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn send_targets_leaves_loopback_out_for_a_remote_initiator() {
+        // A wildcard portal expanded: the host's address, then loopback.
+        let all = [portal(1, "192.0.2.10:3260"), portal(1, "127.0.0.1:3260")];
+        let remote = reportable(&all, 1, "192.0.2.10:3260".parse().unwrap());
+        assert_eq!(remote, vec!["192.0.2.10:3260".parse().unwrap()]);
+        let local = reportable(&all, 1, "127.0.0.1:3260".parse().unwrap());
+        assert_eq!(local.len(), 2);
+        // Another group's portals are not this group's.
+        assert!(reportable(&all, 2, "192.0.2.10:3260".parse().unwrap())
+            .iter()
+            .all(|a| *a == "192.0.2.10:3260".parse().unwrap()));
+    }
+
+    #[test]
+    fn expanded_wildcards_list_loopback_last() {
+        let expanded = expand([portal(1, "0.0.0.0:3260")].into_iter());
+        assert!(!expanded.is_empty());
+        let first_loopback = expanded.iter().position(|p| p.addr.ip().is_loopback());
+        if let Some(i) = first_loopback {
+            assert!(expanded[i..].iter().all(|p| p.addr.ip().is_loopback()));
+        }
+        assert!(expanded
+            .iter()
+            .all(|p| p.tpgt == 1 && p.addr.port() == 3260));
+    }
+}

@@ -3,6 +3,25 @@
 use crate::config::{self, ServeConfig, TargetConfig};
 use std::sync::Arc;
 
+/// The T10 VENDOR IDENTIFICATION of every LUN (INQUIRY bytes 8-15); host configurations
+/// (dm-multipath `device` sections) match it.
+pub const INQUIRY_VENDOR: &str = "LANES";
+/// The PRODUCT IDENTIFICATION of every LUN (INQUIRY bytes 16-31).
+pub const INQUIRY_PRODUCT: &str = "lanes volume";
+
+/// PRODUCT REVISION LEVEL (4 bytes): `MAJOR.MINOR` of the crate version (`0.1`), never a cut
+/// version string such as `0.1.`.
+fn product_revision() -> String {
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let minor = env!("CARGO_PKG_VERSION_MINOR");
+    let full = format!("{major}.{minor}");
+    if full.len() <= 4 {
+        full
+    } else {
+        major.chars().take(4).collect()
+    }
+}
+
 /// One exported target: what sessions execute commands against.
 pub struct TargetRuntime {
     pub config: TargetConfig,
@@ -67,9 +86,9 @@ impl TargetRuntime {
                 block_size: lun.block_size,
                 naa_id: naa,
                 serial: lun.effective_serial(&config.name),
-                vendor: "LANES".into(),
-                product: "lanes volume".into(),
-                revision: env!("CARGO_PKG_VERSION").chars().take(4).collect(),
+                vendor: INQUIRY_VENDOR.into(),
+                product: INQUIRY_PRODUCT.into(),
+                revision: product_revision(),
                 read_only: lun.read_only,
                 write_cache: lun.write_cache,
                 pr_file: Some(pr_file.into()),
@@ -95,5 +114,16 @@ impl TargetRuntime {
     /// Whether this target is exported on portal group `tag`.
     pub fn on_portal_group(&self, tag: u16) -> bool {
         self.config.portal_groups.is_empty() || self.config.portal_groups.contains(&tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn product_revision_is_major_dot_minor() {
+        let revision = super::product_revision();
+        assert!(revision.len() <= 4, "{revision}");
+        assert!(!revision.ends_with('.'), "{revision}");
+        assert!(env!("CARGO_PKG_VERSION").starts_with(&revision));
     }
 }

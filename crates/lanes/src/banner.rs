@@ -4,6 +4,9 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use crate::doctor::checks::Grouping;
+use crate::doctor::config::{alias_for, make_aliases_unique, ConfigLun, HostConfig, TargetConfig};
+
 /// Everything the banner shows, gathered from the config and the driver's ready report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Banner {
@@ -18,6 +21,8 @@ pub struct BannerTarget {
     /// (TPGT, bound portal) with wildcards already expanded.
     pub portals: Vec<(u16, SocketAddr)>,
     pub luns: Vec<BannerLun>,
+    /// Every portal group of the target has the same ALUA state (one path group on the host).
+    pub uniform_alua: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +48,18 @@ pub fn human_size(bytes: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
+}
+
+/// `text` indented by two spaces (blank lines stay empty).
+fn indented(out: &mut String, text: &str) -> std::fmt::Result {
+    for line in text.lines() {
+        if line.is_empty() {
+            writeln!(out)?;
+        } else {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
 }
 
 impl Banner {
@@ -81,70 +98,84 @@ impl Banner {
     }
 
     fn write_host_commands(&self, out: &mut String) -> std::fmt::Result {
+        let host = self.host_config();
+        let generated = crate::doctor::config::generate(&host);
         writeln!(out)?;
         writeln!(
             out,
-            "On a Linux host (apt-get install open-iscsi multipath-tools), log in on every path:"
+            "On a Linux host, as root, log in on every path (the same lines as `lanes doctor`):"
         )?;
         writeln!(out)?;
-        let mut discovered = Vec::new();
-        for target in &self.targets {
-            if let Some((_, first)) = target.portals.first() {
-                if !discovered.contains(first) {
-                    discovered.push(*first);
-                    writeln!(out, "  iscsiadm -m discovery -t sendtargets -p {first}")?;
-                }
-            }
-        }
-        for target in &self.targets {
-            for (_, portal) in &target.portals {
-                writeln!(
-                    out,
-                    "  iscsiadm -m node -T {} -p {portal} --login",
-                    target.name
-                )?;
-            }
-            writeln!(
-                out,
-                "  iscsiadm -m node -T {} -o update -n node.startup -v automatic",
-                target.name
-            )?;
-        }
+        indented(out, &generated.linux_commands)?;
         writeln!(out)?;
         writeln!(
             out,
-            "Then add to /etc/multipath.conf and run `systemctl reload multipathd`:"
+            "/etc/multipath.conf (a device section for lanes, so the host's defaults for other \
+             arrays stay as they are):"
         )?;
         writeln!(out)?;
-        writeln!(out, "defaults {{")?;
-        for line in [
-            "path_selector \"service-time 0\"",
-            "path_grouping_policy group_by_prio",
-            "prio alua",
-            "failback immediate",
-            "no_path_retry 12",
-            "fast_io_fail_tmo 5",
-        ] {
-            writeln!(out, "    {line}")?;
-        }
-        writeln!(out, "}}")?;
-        writeln!(out, "multipaths {{")?;
-        let mut index = 0;
-        for target in &self.targets {
-            for lun in &target.luns {
-                writeln!(out, "    multipath {{")?;
-                writeln!(out, "        wwid {}", lun.wwid)?;
-                writeln!(out, "        alias lanes-disk{index}")?;
-                writeln!(out, "    }}")?;
-                index += 1;
-            }
-        }
-        writeln!(out, "}}")?;
+        indented(out, &generated.multipath_conf)?;
+        writeln!(out)?;
+        writeln!(out, "/etc/fstab:")?;
+        writeln!(out)?;
+        indented(out, &generated.fstab)?;
         writeln!(out)?;
         writeln!(
             out,
             "Check with `multipath -ll`: one device per LUN, one path per portal."
         )
+    }
+
+    /// What a host should use, for the doctor's generators: every portal a remote host can
+    /// reach (loopback only when there is nothing else), every LUN with lanes' INQUIRY strings.
+    pub fn host_config(&self) -> HostConfig {
+        let mut targets: Vec<TargetConfig> = self
+            .targets
+            .iter()
+            .map(|t| {
+                let remote: Vec<SocketAddr> = t
+                    .portals
+                    .iter()
+                    .map(|(_, p)| *p)
+                    .filter(|p| !p.ip().is_loopback())
+                    .collect();
+                let portals = if remote.is_empty() {
+                    t.portals.iter().map(|(_, p)| *p).collect()
+                } else {
+                    remote
+                };
+                let luns = t
+                    .luns
+                    .iter()
+                    .map(|l| ConfigLun {
+                        lun: l.lun,
+                        id: format!("naa.{}", l.wwid.strip_prefix('3').unwrap_or(&l.wwid)),
+                        wwid: l.wwid.clone(),
+                        alias: alias_for(&t.name, l.lun),
+                        vendor: lanes_iscsi_target::INQUIRY_VENDOR.to_string(),
+                        product: lanes_iscsi_target::INQUIRY_PRODUCT.to_string(),
+                    })
+                    .collect();
+                TargetConfig {
+                    name: t.name.clone(),
+                    portals,
+                    excluded: Vec::new(),
+                    luns,
+                    grouping: if t.uniform_alua {
+                        Grouping::Multibus
+                    } else {
+                        Grouping::GroupByPrio
+                    },
+                    alua: true,
+                }
+            })
+            .collect();
+        make_aliases_unique(&mut targets);
+        HostConfig {
+            targets,
+            chap_user: None,
+            chap_secret_file: None,
+        }
     }
 }
 
@@ -152,14 +183,11 @@ impl Banner {
 mod tests {
     use super::*;
 
-    fn example() -> Banner {
+    fn example(portals: &[&str]) -> Banner {
         Banner {
             targets: vec![BannerTarget {
                 name: "iqn.2026-11.io.lanes:nas".into(),
-                portals: vec![
-                    (1, "192.0.2.10:3260".parse().unwrap()),
-                    (1, "[2001:db8::10]:3260".parse().unwrap()),
-                ],
+                portals: portals.iter().map(|p| (1, p.parse().unwrap())).collect(),
                 luns: vec![BannerLun {
                     lun: 0,
                     size: 1 << 30,
@@ -167,15 +195,20 @@ mod tests {
                     wwid: "360a6c610123456789abcdef012345678".into(),
                     path: "lanes-data/disk0.img".into(),
                 }],
+                uniform_alua: true,
             }],
             status_socket: "lanes-data/lanes.sock".into(),
             metrics: None,
         }
     }
 
+    fn nas() -> Banner {
+        example(&["192.0.2.10:3260", "[2001:db8::10]:3260"])
+    }
+
     #[test]
     fn banner_lists_target_portals_and_luns() {
-        let text = example().render();
+        let text = nas().render();
         assert!(text.contains("Target iqn.2026-11.io.lanes:nas"));
         assert!(text.contains("192.0.2.10:3260"));
         assert!(text.contains("TPGT 1"));
@@ -187,7 +220,7 @@ mod tests {
 
     #[test]
     fn banner_prints_one_login_per_portal() {
-        let text = example().render();
+        let text = nas().render();
         assert!(text.contains("iscsiadm -m discovery -t sendtargets -p 192.0.2.10:3260\n"));
         assert!(text
             .contains("iscsiadm -m node -T iqn.2026-11.io.lanes:nas -p 192.0.2.10:3260 --login\n"));
@@ -195,27 +228,52 @@ mod tests {
             "iscsiadm -m node -T iqn.2026-11.io.lanes:nas -p [2001:db8::10]:3260 --login\n"
         ));
         assert!(text.contains(
-            "iscsiadm -m node -T iqn.2026-11.io.lanes:nas -o update -n node.startup -v automatic"
+            "iscsiadm -m node -T iqn.2026-11.io.lanes:nas -p 192.0.2.10:3260 -o update -n node.startup -v automatic"
         ));
         assert_eq!(text.matches("--login").count(), 2);
     }
 
     #[test]
-    fn banner_prints_multipath_stanza() {
-        let text = example().render();
-        for line in [
-            "path_selector \"service-time 0\"",
-            "path_grouping_policy group_by_prio",
-            "prio alua",
-            "failback immediate",
-            "no_path_retry 12",
-            "fast_io_fail_tmo 5",
-            "wwid 360a6c610123456789abcdef012345678",
-            "alias lanes-disk0",
-        ] {
-            assert!(text.contains(line), "missing {line:?}");
+    fn loopback_is_a_path_only_when_there_is_nothing_else() {
+        // A wildcard portal expands to every local address, loopback last: a remote host must
+        // not be told to log in to 127.0.0.1.
+        let text = example(&["192.0.2.10:3260", "127.0.0.1:3260"]).render();
+        assert_eq!(text.matches("--login").count(), 1, "{text}");
+        assert!(!text.contains("-p 127.0.0.1:3260"), "{text}");
+        // The listing still shows what is bound.
+        assert!(text.contains("portal  127.0.0.1:3260"));
+
+        let text = example(&["127.0.0.1:3260", "[::1]:3260"]).render();
+        assert!(text.contains("-p 127.0.0.1:3260 --login"), "{text}");
+        assert!(text.contains("-p [::1]:3260 --login"), "{text}");
+    }
+
+    #[test]
+    fn multipath_conf_is_the_doctor_s_device_and_multipaths_sections() {
+        let banner = nas();
+        let text = banner.render();
+        let generated = crate::doctor::config::generate(&banner.host_config());
+        for line in generated.multipath_conf.lines().filter(|l| !l.is_empty()) {
+            assert!(text.contains(&format!("  {line}\n")), "missing {line:?}");
         }
+        // Matched to lanes' INQUIRY strings, never the host-wide defaults section.
+        assert!(text.contains("vendor \"LANES\""));
+        assert!(text.contains("product \"lanes volume\""));
+        assert!(text.contains("hardware_handler \"1 alua\""));
+        assert!(!text.contains("defaults {"), "{text}");
+        assert!(text.contains("wwid 360a6c610123456789abcdef012345678"));
+        assert!(text.contains("alias nas-lun0"));
+        assert!(text.contains("path_grouping_policy multibus"));
         assert_eq!(text.matches('{').count(), text.matches('}').count());
+    }
+
+    #[test]
+    fn differing_alua_states_group_by_priority() {
+        let mut banner = nas();
+        banner.targets[0].uniform_alua = false;
+        assert!(banner
+            .render()
+            .contains("path_grouping_policy group_by_prio"));
     }
 
     #[test]

@@ -9,8 +9,8 @@
 
 mod args;
 mod bottleneck;
-mod checks;
-mod config;
+pub(crate) mod checks;
+pub(crate) mod config;
 mod facts;
 mod gather;
 mod local;

@@ -120,7 +120,7 @@ fn regex_escape(s: &str) -> String {
 /// handler) and a `multipaths` entry per WWID with its alias and policies.
 pub fn multipath_conf(c: &HostConfig) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# /etc/multipath.conf (lanes doctor)");
+    let _ = writeln!(out, "# /etc/multipath.conf for lanes");
     let _ = writeln!(out, "devices {{");
     let mut seen: Vec<(String, String)> = Vec::new();
     for t in &c.targets {
