@@ -7,6 +7,9 @@
 //! shard its stripes map to, in ascending shard order; a waiter only ever waits for holders of
 //! the shard it is entering, and holders acquire shards in ascending order, so waits cannot
 //! form a cycle. Small writes touch one shard: there is no lock shared by all I/O.
+//!
+//! The scsi crate's `CawLocks` is a different tool (COMPARE AND WRITE against lock-free ordinary
+//! writes, synchronous), so the two stay apart.
 
 use std::future::Future;
 

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
 use lanes_initiator::{LoginOptions, Multipath};
 use lanes_iscsi_target::config::ServeConfig;
+use lanes_test_support::config::ConfigToml;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,25 +28,10 @@ struct Server {
 
 async fn serve(serial: &str, size: &str) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = format!(
-        r#"
-[server]
-data-dir = "{d}/data"
-
-[[portal-group]]
-tag = 1
-portals = ["127.0.0.1:0", "127.0.0.2:0"]
-
-[[target]]
-name = "{TARGET}"
-
-[[target.lun]]
-path = "{d}/disk0.img"
-size = "{size}"
-serial = "{serial}"
-"#,
-        d = dir.path().display()
-    );
+    let toml = ConfigToml::new(dir.path().display(), TARGET)
+        .portal_group(1, &["127.0.0.1:0", "127.0.0.2:0"])
+        .lun("disk0.img", size, &format!("serial = \"{serial}\""))
+        .build();
     let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
         .unwrap_or_else(|e| panic!("config: {e}"));
     let handle = lanes_iscsi_target::start(config)
@@ -189,8 +175,8 @@ async fn blackholed_connection_of_an_mcs_session_fails_over() {
 /// fenced the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blackholed_path_fails_over_on_tgt() {
-    let tgt = support::tgt::Tgt::start(64);
-    blackhole_failover(support::tgt::TGT_IQN, 1, &tgt.portals, false).await;
+    let tgt = lanes_test_support::tgt::Tgt::start(64);
+    blackhole_failover(lanes_test_support::tgt::TGT_IQN, 1, &tgt.portals, false).await;
 }
 
 async fn blackhole_failover(target: &str, lun: u64, portals: &[SocketAddr], mcs: bool) {
@@ -338,28 +324,11 @@ async fn blackhole_failover_groups(
 
 /// Two portal groups (ALUA target port groups 1 and 2), one portal each.
 async fn serve_two_groups(dir: &tempfile::TempDir) -> lanes_iscsi_target::ServerHandle {
-    let toml = format!(
-        r#"
-[server]
-data-dir = "{d}/data"
-
-[[portal-group]]
-tag = 1
-portals = ["127.0.0.1:0"]
-
-[[portal-group]]
-tag = 2
-portals = ["127.0.0.2:0"]
-
-[[target]]
-name = "{TARGET}"
-
-[[target.lun]]
-path = "{d}/disk0.img"
-size = "64M"
-"#,
-        d = dir.path().display()
-    );
+    let toml = ConfigToml::new(dir.path().display(), TARGET)
+        .portal_group(1, &["127.0.0.1:0"])
+        .portal_group(2, &["127.0.0.2:0"])
+        .lun("disk0.img", "64M", "")
+        .build();
     let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
         .unwrap_or_else(|e| panic!("config: {e}"));
     lanes_iscsi_target::start(config)

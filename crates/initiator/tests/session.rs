@@ -3,6 +3,7 @@
 
 use lanes_initiator::{discover, ChapSecret, Error, LoginOptions, Session};
 use lanes_iscsi_target::config::ServeConfig;
+use lanes_test_support::config::ConfigToml;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -23,26 +24,11 @@ impl Server {
 
     async fn start_with(server_extra: &str, target_extra: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
-        let toml = format!(
-            r#"
-[server]
-data-dir = "{d}/data"
-{server_extra}
-
-[[portal-group]]
-tag = 1
-portals = ["127.0.0.1:0"]
-
-[[target]]
-name = "{TARGET}"
-{target_extra}
-
-[[target.lun]]
-path = "{d}/disk0.img"
-size = "64M"
-"#,
-            d = dir.path().display()
-        );
+        let toml = ConfigToml::new(dir.path().display(), TARGET)
+            .server(server_extra)
+            .target_lines(target_extra)
+            .lun("disk0.img", "64M", "")
+            .build();
         let config = ServeConfig::from_toml_str(&toml, &dir.path().join("lanes.toml"))
             .unwrap_or_else(|e| panic!("config: {e}"));
         let handle = lanes_iscsi_target::start(config)

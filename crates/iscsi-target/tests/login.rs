@@ -3,33 +3,17 @@
 
 mod support;
 
+use lanes_test_support::config::ConfigToml;
 use support::*;
 
 const OTHER_INITIATOR: &str = "iqn.2026-01.test.lanes:other";
 
 fn two_groups_toml(target_extra: &str) -> String {
-    format!(
-        r#"
-[server]
-data-dir = "{{dir}}/data"
-
-[[portal-group]]
-tag = 1
-portals = ["127.0.0.1:0"]
-
-[[portal-group]]
-tag = 2
-portals = ["127.0.0.2:0"]
-
-[[target]]
-name = "{TARGET}"
-{target_extra}
-
-[[target.lun]]
-path = "{{dir}}/disk0.img"
-size = "16M"
-"#
-    )
+    ConfigToml::new("{dir}", TARGET)
+        .portal_group(1, &["127.0.0.1:0"])
+        .portal_group(2, &["127.0.0.2:0"])
+        .target_lines(target_extra)
+        .build()
 }
 
 fn addresses(answer: &[(String, String)]) -> Vec<String> {

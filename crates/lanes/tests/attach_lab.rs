@@ -8,17 +8,15 @@
 //! and `LANES_FAILOVER_JSON` (a file for the per-trial times) turn the same test into the
 //! failover benchmark that `bench/multipath` runs.
 
-mod root;
-use root::require_root;
+use lanes_test_support::require_root;
+use lanes_test_support::serve::{ServeChild, ServeCommand};
 
 use bytes::Bytes;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
 use lanes_initiator::{LoginOptions, Multipath};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,17 +28,14 @@ const SLOT: u64 = 64 << 10;
 /// The lab and the target inside it, removed however the test ends.
 struct Rig {
     lab: String,
-    serve: Option<Child>,
+    serve: Option<ServeChild>,
     dir: tempfile::TempDir,
     portals: Vec<SocketAddr>,
 }
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        if let Some(mut c) = self.serve.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.serve = None;
         let _ = lanes_lab::down(&self.lab);
         let _ = &self.dir;
     }
@@ -91,37 +86,13 @@ impl Rig {
                 .map(|a| SocketAddr::from((*a, PORT)))
                 .collect(),
         };
-        let mut cmd = Command::new("ip");
-        cmd.args([
-            "netns",
-            "exec",
-            &lanes_lab::plan::real_namespace(&lab, "node1"),
-        ])
-        .arg(env!("CARGO_BIN_EXE_lanes"))
-        .arg("serve");
-        for p in &rig.portals {
-            cmd.arg("--portal").arg(p.to_string());
-        }
-        let lun = format!("{},size=256M", rig.dir.path().join("disk.img").display());
-        cmd.args(["--lun", &lun, "--data-dir"])
-            .arg(rig.dir.path().join("data"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn lanes serve in node1");
-        let stdout = child.stdout.take().expect("stdout");
-        rig.serve = Some(child);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("Status:") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("lanes serve ready in node1");
+        let serve = ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
+            .in_namespace(&lanes_lab::plan::real_namespace(&lab, "node1"))
+            .portals(&rig.portals)
+            .disk(rig.dir.path(), "disk.img", "256M")
+            .inherit_stderr()
+            .start();
+        rig.serve = Some(serve);
         rig
     }
 

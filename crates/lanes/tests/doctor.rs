@@ -4,70 +4,20 @@
 //! one that refuses connections, one that never answers and a wrong CHAP secret, a target that
 //! refuses a second session, and a portal whose LUN identifier differs.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
+use lanes_test_support::serve::{ServeChild, ServeCommand};
+use lanes_test_support::tgt::Tgt;
 use serde_json::Value;
 
-/// A `lanes serve` child, killed on drop.
-struct Served {
-    child: Child,
-    portals: Vec<SocketAddr>,
-    target: String,
-    wwid: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts `lanes serve ARGS` and reads portals, target and WWID from its banner.
-fn serve(args: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .arg("serve")
+fn serve(args: &[&str]) -> ServeChild {
+    ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
         .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn lanes serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut portals, mut target, mut wwid) = (Vec::new(), None, None);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["Target", name] => target = Some(name.to_string()),
-                ["portal", addr, "TPGT", _] => portals.extend(addr.parse::<SocketAddr>().ok()),
-                ["LUN", ..] => {
-                    let at = words.iter().position(|w| *w == "WWID");
-                    wwid = at.and_then(|i| words.get(i + 1)).map(|w| w.to_string());
-                }
-                _ => {}
-            }
-            if line.starts_with("Status:") {
-                let _ = tx.send((portals.clone(), target.clone(), wwid.clone()));
-            }
-        }
-    });
-    let (portals, target, wwid) = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("lanes serve banner within 60 s");
-    Served {
-        child,
-        portals,
-        target: target.expect("target in banner"),
-        wwid: wwid.expect("WWID in banner"),
-    }
+        .start()
 }
 
 fn lun_arg(dir: &Path, name: &str) -> String {
@@ -230,10 +180,7 @@ fn healthy_two_portals_are_ok_and_the_config_names_the_wwid() {
         );
     }
     assert!(r.check("second session")["verdict"] == "OK");
-    assert_eq!(
-        r.check("LUN 0 identity")["measurements"]["wwid"],
-        s.wwid.as_str()
-    );
+    assert_eq!(r.check("LUN 0 identity")["measurements"]["wwid"], s.wwid());
     assert!(
         !r.stdout.contains("probing throughput"),
         "--quick probes nothing"
@@ -246,7 +193,7 @@ fn healthy_two_portals_are_ok_and_the_config_names_the_wwid() {
         .filter(|(s, k, _)| s == "multipaths/multipath" && k == "wwid")
         .map(|(_, _, v)| v.as_str())
         .collect();
-    assert_eq!(wwids, vec![s.wwid.as_str()]);
+    assert_eq!(wwids, vec![s.wwid()]);
     assert!(entries.contains(&(
         "multipaths/multipath".into(),
         "path_selector".into(),
@@ -271,7 +218,7 @@ fn healthy_two_portals_are_ok_and_the_config_names_the_wwid() {
     );
     let esxi = config["esxi"].as_str().unwrap();
     assert!(
-        esxi.contains(&format!("--device=naa.{}", &s.wwid[1..])),
+        esxi.contains(&format!("--device=naa.{}", &s.wwid()[1..])),
         "{esxi}"
     );
     assert!(esxi.contains("VMW_PSP_RR") && esxi.contains("--iops=1"));
@@ -472,7 +419,7 @@ fn a_portal_with_another_lun_identifier_fails_and_is_left_out() {
         "--data-dir",
         data_b.to_str().unwrap(),
     ]);
-    assert_ne!(a.wwid, b.wwid);
+    assert_ne!(a.wwid(), b.wwid());
     let url_a = format!("iscsi://{}/{name}", a.portals[0]);
     let url_b = format!("iscsi://{}/{name}", b.portals[0]);
     let r = doctor(dir.path(), &[&url_a, &url_b, "--quick"]);
@@ -485,7 +432,7 @@ fn a_portal_with_another_lun_identifier_fails_and_is_left_out() {
         fails[0]
     );
     assert!(
-        fails[0].contains(&format!("{} reports naa.{}", b.portals[0], &b.wwid[1..])),
+        fails[0].contains(&format!("{} reports naa.{}", b.portals[0], &b.wwid()[1..])),
         "{}",
         fails[0]
     );
@@ -495,8 +442,15 @@ fn a_portal_with_another_lun_identifier_fails_and_is_left_out() {
         vec![a.portals[0].to_string()]
     );
     let entries = parse_multipath_conf(config["multipath_conf"].as_str().unwrap());
-    assert!(entries.contains(&("multipaths/multipath".into(), "wwid".into(), a.wwid.clone())));
-    assert!(!config["multipath_conf"].as_str().unwrap().contains(&b.wwid));
+    assert!(entries.contains(&(
+        "multipaths/multipath".into(),
+        "wwid".into(),
+        a.wwid().to_string()
+    )));
+    assert!(!config["multipath_conf"]
+        .as_str()
+        .unwrap()
+        .contains(b.wwid()));
     assert!(!config["windows"]
         .as_str()
         .unwrap()
@@ -507,111 +461,11 @@ fn a_portal_with_another_lun_identifier_fails_and_is_left_out() {
     );
 }
 
-/// `tgtd` in the foreground with its own control port, and its targets deleted on drop.
-struct Tgt {
-    child: Child,
-    control: String,
-}
-
-impl Drop for Tgt {
-    fn drop(&mut self) {
-        let adm = |args: &[&str]| {
-            let _ = Command::new("tgtadm")
-                .args(["-C", &self.control])
-                .args(args)
-                .output();
-        };
-        adm(&[
-            "--lld", "iscsi", "--op", "delete", "--mode", "target", "--tid", "1", "--force",
-        ]);
-        adm(&["--op", "delete", "--mode", "system"]);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn tgt_with_two_portals_reports_one_lun_identity() {
-    assert!(
-        Command::new("tgtd").arg("--help").output().is_ok(),
-        "tgtd is missing: install the tgt package (scripts/test.sh does)"
-    );
     let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("tgt.img");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    // A free port (both portals share it), and a control port of our own.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let control = (20000 + std::process::id() % 10000).to_string();
-    let child = Command::new("tgtd")
-        .args([
-            "-f",
-            "-C",
-            &control,
-            "--iscsi",
-            &format!("portal=127.0.0.1:{port}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn tgtd");
-    let tgt = Tgt { child, control };
-    let adm = |args: &[&str]| {
-        Command::new("tgtadm")
-            .args(["-C", &tgt.control, "--lld", "iscsi"])
-            .args(args)
-            .output()
-            .expect("tgtadm")
-    };
-    // tgtd takes a moment to open its control socket: poll it (bounded).
-    let mut up = false;
-    for _ in 0..200 {
-        if adm(&["--op", "show", "--mode", "target"]).status.success() {
-            up = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(up, "tgtd did not come up");
-    let name = "iqn.2026-11.io.lanes:doctor-tgt";
-    for args in [
-        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", name],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "-b",
-            disk.to_str().unwrap(),
-        ],
-        vec![
-            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        let out = adm(&args);
-        assert!(
-            out.status.success(),
-            "tgtadm {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let second = format!("portal=127.0.0.2:{port}");
-    let out = adm(&["--op", "new", "--mode", "portal", "--param", &second]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let tgt = Tgt::start(64);
+    let port = tgt.portals[0].port();
     // tgt's SendTargets names only the portal asked, so both are given.
     let r = doctor(
         dir.path(),

@@ -7,14 +7,12 @@
 //! turns (a lock here, and the `lab` test group in .config/nextest.toml), so no probe shares
 //! the CPU or the links with another.
 
-mod root;
-use root::require_root;
+use lanes_test_support::require_root;
+use lanes_test_support::serve::{ServeChild, ServeCommand};
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -26,7 +24,7 @@ static TURN: Mutex<()> = Mutex::new(());
 /// A lab and the target in its storage node, removed however the test ends.
 struct Lab {
     name: String,
-    serve: Option<Child>,
+    serve: Option<ServeChild>,
     dir: tempfile::TempDir,
     /// Storage addresses (one per storage NIC), or the aggregate address for LACP.
     storage: Vec<String>,
@@ -34,10 +32,7 @@ struct Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(mut c) = self.serve.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.serve = None;
         let _ = Command::new(LANES)
             .args(["lab", "down", &self.name])
             .output();
@@ -92,31 +87,13 @@ impl Lab {
 
     /// `lanes serve` in node1 on `portals`, ready once its banner is out.
     fn serve(&mut self, portals: &[String]) {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.namespace("node1"), LANES, "serve"]);
-        for p in portals {
-            cmd.args(["--portal", p]);
-        }
-        let lun = format!("{},size=256M", self.dir.path().join("disk.img").display());
-        cmd.args(["--lun", &lun, "--data-dir"])
-            .arg(self.dir.path().join("data"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn lanes serve in node1");
-        let stdout = child.stdout.take().expect("stdout");
+        let child = ServeCommand::new(LANES)
+            .in_namespace(&self.namespace("node1"))
+            .portals(portals)
+            .disk(self.dir.path(), "disk.img", "256M")
+            .inherit_stderr()
+            .start();
         self.serve = Some(child);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("Status:") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("lanes serve ready in node1");
     }
 
     /// `lanes doctor URL --probe-time 2s --json` in the host namespace.

@@ -3,50 +3,10 @@
 //! a private mount namespace, so the machine's own /etc is never touched) and shows lanes'
 //! device section and WWID entry, with the host's `defaults` left exactly as they were.
 
-mod root;
+mod served;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
-/// The whole banner of a `lanes serve` on a free loopback port.
-fn banner(dir: &Path) -> String {
-    let lun = format!("{},size=16M", dir.join("disk.img").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args([
-            "serve",
-            "--portal",
-            "127.0.0.1:0",
-            "--lun",
-            &lun,
-            "--data-dir",
-        ])
-        .arg(dir.join("data"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn lanes serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            text.push_str(&line);
-            text.push('\n');
-            if line.starts_with("Check with") {
-                let _ = tx.send(text.clone());
-            }
-        }
-    });
-    let text = rx.recv_timeout(Duration::from_secs(60));
-    let _ = child.kill();
-    let _ = child.wait();
-    text.expect("whole banner within 60 s")
-}
+use std::process::Command;
 
 /// The indented lines after the heading that starts with `heading`, up to the next heading.
 fn section(banner: &str, heading: &str) -> String {
@@ -119,20 +79,19 @@ fn block(text: &str, name: &str) -> String {
 
 #[test]
 fn banner_multipath_conf_is_merged_by_multipath_tools_without_touching_defaults() {
-    root::require_root();
+    lanes_test_support::require_root();
     let dir = tempfile::tempdir().unwrap();
-    let banner = banner(dir.path());
-    let conf = section(&banner, "/etc/multipath.conf");
+    let served = served::command()
+        .portals(&["127.0.0.1:0"])
+        .disk(dir.path(), "disk.img", "16M")
+        .start();
+    let banner = &served.banner;
+    let conf = section(banner, "/etc/multipath.conf");
     assert!(
         conf.contains("devices {"),
         "no multipath.conf in the banner:\n{banner}"
     );
-    let wwid = banner
-        .lines()
-        .find_map(|l| l.split("WWID ").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("WWID in the banner")
-        .to_string();
+    let wwid = served.wwid().to_string();
 
     let (plain, _) = merged(dir.path(), None);
     let (with_lanes, warnings) = merged(dir.path(), Some(&conf));

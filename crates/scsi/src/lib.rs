@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod alua;
+mod caw_lock;
 pub mod cdb;
 mod command;
 mod inquiry;
@@ -18,7 +19,6 @@ mod mode;
 mod opcodes;
 mod pr;
 mod pr_out;
-mod rangelock;
 pub mod sense;
 mod ua;
 mod xcopy;

@@ -2,10 +2,10 @@
 //! reservations) and the dispatch of decoded commands to their handlers.
 
 use crate::alua::TargetPortGroups;
+use crate::caw_lock::CawLocks;
 use crate::cdb::{decode_cdb, op, Command};
 use crate::io::Io;
 use crate::pr::{PrLock, PrState};
-use crate::rangelock::CawLocks;
 use crate::sense::{status, Sense};
 use crate::ua::UnitAttentions;
 use crate::{put_truncated, Error, Nexus, ScsiOutcome, ScsiRequest};

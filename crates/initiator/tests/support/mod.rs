@@ -1,4 +1,3 @@
 //! Test helpers shared by the initiator's integration tests.
 #![allow(dead_code)]
 pub mod proxy;
-pub mod tgt;

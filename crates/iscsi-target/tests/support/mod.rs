@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use iscsi_proto::chap::ChapAlgorithm;
 use iscsi_proto::pdu::*;
 use iscsi_proto::text;
+use lanes_test_support::config::ConfigToml;
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -119,26 +120,10 @@ impl Drop for TestServer {
 }
 
 pub fn simple_toml(target_extra: &str) -> String {
-    format!(
-        r#"
-[server]
-data-dir = "{{dir}}/data"
-nop-interval = "30s"
-nop-timeout = "120s"
-
-[[portal-group]]
-tag = 1
-portals = ["127.0.0.1:0"]
-
-[[target]]
-name = "{TARGET}"
-{target_extra}
-
-[[target.lun]]
-path = "{{dir}}/disk0.img"
-size = "16M"
-"#
-    )
+    ConfigToml::new("{dir}", TARGET)
+        .server("nop-interval = \"30s\"\nnop-timeout = \"120s\"")
+        .target_lines(target_extra)
+        .build()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,10 @@
 //! flight to drain. Both sides use sequentially consistent operations: a writer increments
 //! `fast_writers` then reads `caws`; a CAW increments `caws` then reads `fast_writers`; at least
 //! one of them sees the other.
+//!
+//! Not the same job as the export crate's `RangeLock` (an async, sharded, exclusive byte-range
+//! lock for read-modify-write of unaligned NBD/FUSE requests): here ordinary writes never take
+//! a lock unless a COMPARE AND WRITE is active, and the caller is synchronous.
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};

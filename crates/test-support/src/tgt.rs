@@ -1,5 +1,6 @@
-//! A tgtd child with one LUN and two portals on loopback, for interop tests. tgtd reports only
-//! the portal a discovery session came in on, so callers list both portals themselves.
+//! A tgtd child (the reference userspace target) with one LUN (LUN 1) and two portals on
+//! loopback, 127.0.0.1 and 127.0.0.2 on one free port, for interop tests. tgtd reports only the
+//! portal a discovery session came in on, so callers list both portals themselves.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -29,10 +30,11 @@ fn adm(control: u16, args: &[&str]) -> std::process::Output {
         .arg(control.to_string())
         .args(args)
         .output()
-        .expect("tgtadm (apt-get install tgt)")
+        .expect("tgtadm (the tgt package; scripts/test.sh installs it)")
 }
 
 impl Tgt {
+    /// tgtd exporting a sparse file of `size_mib` MiB as LUN 1 of [`TGT_IQN`].
     pub fn start(size_mib: u64) -> Tgt {
         let dir = tempfile::tempdir().expect("tempdir");
         let img = dir.path().join("tgt.img");
@@ -59,7 +61,7 @@ impl Tgt {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("tgtd log"))
             .spawn()
-            .expect("tgtd (apt-get install tgt)");
+            .expect("tgtd (the tgt package; scripts/test.sh installs it)");
         let mut tgt = Tgt {
             child,
             control,
@@ -114,7 +116,6 @@ impl Tgt {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let _ = &mut tgt;
         tgt
     }
 }
