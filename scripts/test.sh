@@ -109,6 +109,10 @@ fi
 step "README quick start (scripts/readme-check.sh)"
 scripts/readme-check.sh
 
+# --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
+step "real Linux host (vm/tests/seed-000)"
+vm/tests/seed-000
+
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
 scripts/interop.sh
