@@ -8,12 +8,22 @@ use crate::doctor::checks::Grouping;
 
 /// How long open-iscsi holds I/O on a broken session before failing it up to dm-multipath,
 /// which then sends it down another path (the iSCSI default of 120 s would stall the device).
-const REPLACEMENT_TIMEOUT_S: u32 = 5;
+/// multipathd sets the same value (its `fast_io_fail_tmo`) as the session's recovery timeout.
+const REPLACEMENT_TIMEOUT_S: u32 = 1;
+/// A connection that received nothing for this long is pinged (NOP-Out)...
+const NOOP_OUT_INTERVAL_S: u32 = 1;
+/// ...and failed when the ping is not answered within this. A silent link (a pulled cable, a
+/// dead switch) is then noticed within interval + timeout and its I/O moves to another path
+/// after the replacement timeout: at most 1 + 2 + 1 = 4 s of stalled I/O, where open-iscsi's
+/// defaults (5 + 5 s, then the replacement timeout) stall it for 15 s. The price: a path whose
+/// target does not answer a ping for 2 s (a hung target, a saturated link with deep queues) is
+/// failed and retried, which dm-multipath does without an I/O error while another path is up.
+const NOOP_OUT_TIMEOUT_S: u32 = 2;
 /// With every path down, dm-multipath queues I/O for this many checker intervals (5 s each,
 /// one minute) before failing it: long enough for a target reboot, short enough not to hang.
 const NO_PATH_RETRY: u32 = 12;
 /// Seconds before I/O on a failed transport is failed rather than held.
-const FAST_IO_FAIL_TMO_S: u32 = 5;
+const FAST_IO_FAIL_TMO_S: u32 = REPLACEMENT_TIMEOUT_S;
 
 /// Package installation, discovery and one login per portal.
 pub fn commands(c: &HostConfig) -> String {
@@ -32,6 +42,14 @@ pub fn commands(c: &HostConfig) -> String {
         let name = &t.name;
         let _ = writeln!(out);
         let _ = writeln!(out, "# {name}: one login per portal, at every boot");
+        let _ = writeln!(
+            out,
+            "# a silent path is pinged after {NOOP_OUT_INTERVAL_S} s, failed after {NOOP_OUT_TIMEOUT_S} s more \
+             and its I/O moved after {REPLACEMENT_TIMEOUT_S} s: at most {} s of stalled I/O \
+             (open-iscsi's defaults: 15 s); a target that cannot answer a ping within {NOOP_OUT_TIMEOUT_S} s \
+             loses the path for a retry",
+            NOOP_OUT_INTERVAL_S + NOOP_OUT_TIMEOUT_S + REPLACEMENT_TIMEOUT_S
+        );
         for p in &t.portals {
             let _ = writeln!(
                 out,
@@ -52,6 +70,14 @@ pub fn commands(c: &HostConfig) -> String {
             let _ = writeln!(
                 out,
                 "{node} -o update -n node.session.timeo.replacement_timeout -v {REPLACEMENT_TIMEOUT_S}"
+            );
+            let _ = writeln!(
+                out,
+                "{node} -o update -n node.conn[0].timeo.noop_out_interval -v {NOOP_OUT_INTERVAL_S}"
+            );
+            let _ = writeln!(
+                out,
+                "{node} -o update -n node.conn[0].timeo.noop_out_timeout -v {NOOP_OUT_TIMEOUT_S}"
             );
             if let Some(user) = &c.chap_user {
                 let file = sh_quote(c.chap_secret_file.as_deref().unwrap_or("/path/to/secret"));

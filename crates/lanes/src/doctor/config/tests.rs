@@ -158,7 +158,7 @@ fn multipath_conf_parses_and_names_the_wwid() {
         vec!["multibus"]
     );
     assert_eq!(get("multipaths/multipath", "no_path_retry"), vec!["12"]);
-    assert_eq!(get("devices/device", "fast_io_fail_tmo"), vec!["5"]);
+    assert_eq!(get("devices/device", "fast_io_fail_tmo"), vec!["1"]);
     assert!(get("devices/device", "hardware_handler").is_empty());
 
     let g = generate(&config(true));
