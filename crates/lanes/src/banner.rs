@@ -21,8 +21,6 @@ pub struct BannerTarget {
     /// (TPGT, bound portal) with wildcards already expanded.
     pub portals: Vec<(u16, SocketAddr)>,
     pub luns: Vec<BannerLun>,
-    /// Every portal group of the target has the same ALUA state (one path group on the host).
-    pub uniform_alua: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,11 +159,9 @@ impl Banner {
                     portals,
                     excluded: Vec::new(),
                     luns,
-                    grouping: if t.uniform_alua {
-                        Grouping::Multibus
-                    } else {
-                        Grouping::GroupByPrio
-                    },
+                    // lanes reports ALUA: the host groups paths by priority, so a port group
+                    // that goes standby later is followed (one group while all are equal).
+                    grouping: Grouping::GroupByPrio,
                     alua: true,
                 }
             })
@@ -195,7 +191,6 @@ mod tests {
                     wwid: "360a6c610123456789abcdef012345678".into(),
                     path: "lanes-data/disk0.img".into(),
                 }],
-                uniform_alua: true,
             }],
             status_socket: "lanes-data/lanes.sock".into(),
             metrics: None,
@@ -263,17 +258,8 @@ mod tests {
         assert!(!text.contains("defaults {"), "{text}");
         assert!(text.contains("wwid 360a6c610123456789abcdef012345678"));
         assert!(text.contains("alias nas-lun0"));
-        assert!(text.contains("path_grouping_policy multibus"));
+        assert!(text.contains("path_grouping_policy group_by_prio"));
         assert_eq!(text.matches('{').count(), text.matches('}').count());
-    }
-
-    #[test]
-    fn differing_alua_states_group_by_priority() {
-        let mut banner = nas();
-        banner.targets[0].uniform_alua = false;
-        assert!(banner
-            .render()
-            .contains("path_grouping_policy group_by_prio"));
     }
 
     #[test]

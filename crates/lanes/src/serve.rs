@@ -128,20 +128,10 @@ fn banner_from(config: &ServeConfig, info: ReadyInfo) -> Banner {
                 .filter(|(tag, _)| target.portal_groups.contains(tag))
                 .copied()
                 .collect();
-            let mut states = config
-                .portal_groups
-                .iter()
-                .filter(|g| {
-                    target.portal_groups.is_empty() || target.portal_groups.contains(&g.tag)
-                })
-                .map(|g| g.alua_state);
-            let first = states.next();
-            let uniform_alua = states.all(|s| Some(s) == first);
             BannerTarget {
                 name: target.name.clone(),
                 portals,
                 luns,
-                uniform_alua,
             }
         })
         .collect();

@@ -172,7 +172,11 @@ pub fn multipath_conf(c: &HostConfig) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "multipaths {{");
     for t in &c.targets {
+        // With ALUA, group by priority even while every state is equal (one group then, the
+        // same as multibus): the map keeps following the target when a port group later
+        // goes standby, where multibus would send I/O to the standby paths.
         let policy = match t.grouping {
+            _ if t.alua => "group_by_prio",
             Grouping::Multibus => "multibus",
             Grouping::GroupByPrio => "group_by_prio",
         };

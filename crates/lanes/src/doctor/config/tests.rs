@@ -173,6 +173,16 @@ fn multipath_conf_parses_and_names_the_wwid() {
         "hardware_handler".into(),
         "1 alua".into()
     )));
+    // ALUA with every state equal still groups by priority (one group now, and it follows a
+    // later standby).
+    let mut equal = config(true);
+    equal.targets[0].grouping = Grouping::Multibus;
+    let entries = parse_multipath_conf(&generate(&equal).multipath_conf).unwrap();
+    assert!(entries.contains(&(
+        "multipaths/multipath".into(),
+        "path_grouping_policy".into(),
+        "group_by_prio".into()
+    )));
     assert!(entries.contains(&("multipaths/multipath".into(), "prio".into(), "alua".into())));
 }
 
