@@ -110,8 +110,9 @@ step "README quick start (scripts/readme-check.sh)"
 scripts/readme-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
-step "real Linux host (vm/tests/seed-000)"
+step "real Linux host (vm/tests: seed-000, alua)"
 vm/tests/seed-000
+vm/tests/alua
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
