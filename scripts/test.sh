@@ -110,9 +110,10 @@ step "README quick start (scripts/readme-check.sh)"
 scripts/readme-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
-step "real Linux host (vm/tests: seed-000, alua)"
+step "real Linux host (vm/tests: seed-000, alua, attach-nbd)"
 vm/tests/seed-000
 vm/tests/alua
+vm/tests/attach-nbd
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
