@@ -110,10 +110,11 @@ step "README quick start (scripts/readme-check.sh)"
 scripts/readme-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
-step "real Linux host (vm/tests: seed-000, alua, attach-nbd)"
+step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations)"
 vm/tests/seed-000
 vm/tests/alua
 vm/tests/attach-nbd
+vm/tests/persistent-reservations
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
