@@ -181,8 +181,17 @@ async fn shutdown_signal() {
             return;
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    // SIGHUP's default action ends the process; `systemctl reload` sends it (ExecReload), and
+    // a reload must never take the target down. Until live reload exists it is logged and
+    // ignored.
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return,
+            Some(()) = async { hangup.as_mut()?.recv().await } => {
+                tracing::warn!("SIGHUP: live reload is not supported by this version; ignored");
+            }
+        }
     }
 }
