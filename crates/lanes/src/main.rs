@@ -1,14 +1,17 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `lab`,
+//! `attach`, `bench`, `doctor`, and the hidden `generate` (man pages, completions).
 
 mod attach;
 mod banner;
 mod bench;
 mod doctor;
+mod generate;
 mod lab;
+mod notify;
 mod serve;
 mod status;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 /// Multipath network storage: an iSCSI target that exports volumes on every NIC at once.
 #[derive(Debug, Parser)]
@@ -44,6 +47,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Check a target's portals and paths; print the host configuration that works.
     Doctor(doctor::DoctorArgs),
+    /// Write man pages or shell completions (for packaging).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -83,7 +89,11 @@ fn main() -> std::process::ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    match run(cli.command) {
+    report(run(cli.command))
+}
+
+fn report(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One clear line (with its causes), never a backtrace: this is for the operator.
@@ -109,6 +119,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
+            Command::Generate(args) => generate::run(args, Cli::command()),
         }
     })
 }

@@ -1,5 +1,5 @@
 //! `lanes serve`: flags -> validated [`ServeConfig`] -> backing files -> the target driver, and
-//! the banner once every portal is listening.
+//! the banner and the service manager's READY=1 once every portal is listening.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use clap::Args;
 use lanes_iscsi_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
 
 use crate::banner::{Banner, BannerLun, BannerTarget};
+use crate::notify;
 
 /// Without --config: one target iqn.2026-11.io.lanes:<hostname>, LUN 0 = <data-dir>/disk0.img
 /// (1 GiB, sparse, created if missing), portal group 1 on 0.0.0.0:3260.
@@ -76,16 +77,41 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 portals: info.portals,
                 targets: info.targets,
             };
+            let portals = info.portals.len();
             print!("{}", banner_from(&banner_config, info).render());
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
+            notify::notify_or_log(&format!(
+                "READY=1\nSTATUS=serving on {portals} portal(s)\nMAINPID={}",
+                std::process::id()
+            ));
         }
     });
-    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
+    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes. This
+    // task only tells the service manager that the stop has begun.
+    let stopping = tokio::spawn(async {
+        if stop_requested().await {
+            notify::notify_or_log("STOPPING=1\nSTATUS=draining and flushing");
+        }
+    });
     let result = lanes_iscsi_target::serve(config, ready_tx).await;
     printer.abort();
+    stopping.abort();
     result?;
     Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM (the signals the driver stops on); false if they cannot be
+/// watched.
+async fn stop_requested() -> bool {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return false;
+    };
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.is_ok(),
+        _ = term.recv() => true,
+    }
 }
 
 /// What the driver reports once it listens: bound portals (wildcards expanded) and LUN WWIDs.

@@ -1,0 +1,91 @@
+//! The systemd readiness protocol (sd_notify(3)): state lines such as `READY=1` sent as one
+//! datagram to the unix socket named by `$NOTIFY_SOCKET`, so a `Type=notify` unit is started
+//! only once every portal listens.
+//!
+//! Outside systemd (no `$NOTIFY_SOCKET`) every call does nothing. A name starting with `@` is a
+//! socket in the abstract namespace (the `@` stands for the leading NUL byte).
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+/// The service manager's socket, if `$NOTIFY_SOCKET` names one.
+fn socket_address(name: &OsStr) -> io::Result<SocketAddr> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let bytes = name.as_bytes();
+    match bytes.split_first() {
+        Some((b'@', abstract_name)) => {
+            use std::os::linux::net::SocketAddrExt as _;
+            SocketAddr::from_abstract_name(abstract_name)
+        }
+        Some((b'/', _)) => SocketAddr::from_pathname(name),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("NOTIFY_SOCKET={name:?} is neither a path nor an @abstract name"),
+        )),
+    }
+}
+
+/// Sends `state` (newline-separated `KEY=VALUE` lines) to the service manager. Returns
+/// `Ok(false)` when not started by one.
+pub fn notify(state: &str) -> io::Result<bool> {
+    let Some(name) = std::env::var_os("NOTIFY_SOCKET").filter(|n| !n.is_empty()) else {
+        return Ok(false);
+    };
+    let address = socket_address(&name)?;
+    let socket = UnixDatagram::unbound()?;
+    let sent = socket.send_to_addr(state.as_bytes(), &address)?;
+    if sent != state.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short datagram to NOTIFY_SOCKET",
+        ));
+    }
+    Ok(true)
+}
+
+/// [`notify`], with a failure logged rather than returned: the service manager not hearing
+/// from us must not stop the target (systemd then reports the start as timed out).
+pub fn notify_or_log(state: &str) {
+    if let Err(e) = notify(state) {
+        tracing::warn!("telling the service manager {state:?}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_and_abstract_names() {
+        let path = socket_address(OsStr::new("/run/systemd/notify")).unwrap();
+        assert_eq!(
+            path.as_pathname(),
+            Some(std::path::Path::new("/run/systemd/notify"))
+        );
+        use std::os::linux::net::SocketAddrExt as _;
+        let abstract_address = socket_address(OsStr::new("@lanes/notify")).unwrap();
+        assert_eq!(
+            abstract_address.as_abstract_name(),
+            Some(&b"lanes/notify"[..])
+        );
+        assert!(socket_address(OsStr::new("relative")).is_err());
+    }
+
+    #[test]
+    fn datagram_reaches_an_abstract_socket() {
+        use std::os::linux::net::SocketAddrExt as _;
+        let name = format!("lanes-notify-test-{}", std::process::id());
+        let receiver =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+                .unwrap();
+        let address = socket_address(OsStr::new(&format!("@{name}"))).unwrap();
+        UnixDatagram::unbound()
+            .unwrap()
+            .send_to_addr(b"READY=1", &address)
+            .unwrap();
+        let mut buffer = [0u8; 64];
+        let n = receiver.recv(&mut buffer).unwrap();
+        assert_eq!(&buffer[..n], b"READY=1");
+    }
+}
