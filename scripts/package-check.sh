@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Checks the Debian package: it builds (scripts/build-deb.sh); it holds the binary, both units,
+# the conffile, the man pages and the completions; systemd-analyze verify accepts both units in
+# the extracted tree; every man page renders without a groff warning; and the extracted binary
+# starts from the packaged configuration (paths moved to a temp dir, a loopback portal), tells
+# NOTIFY_SOCKET READY=1, ignores SIGHUP and stops cleanly on SIGTERM.
+#
+# Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3.
+# Never installs the package and never starts a unit: it works where PID 1 is not systemd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() {
+    echo "package-check: FAIL: $*" >&2
+    exit 1
+}
+ok() { echo "package-check: $*"; }
+
+for tool in dpkg-deb systemd-analyze man groff python3; do
+    command -v "$tool" >/dev/null || fail "$tool is missing (packages: dpkg systemd man-db groff-base python3)"
+done
+
+deb=$(scripts/build-deb.sh | tail -n 1)
+[ -f "$deb" ] || fail "scripts/build-deb.sh printed no .deb ($deb)"
+ok "built $deb"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# --- contents -------------------------------------------------------------------------------------
+dpkg-deb -c "$deb" | awk '{print $NF}' | sed 's#^\./#/#' >"$work/contents"
+expected=(
+    /usr/bin/lanes
+    /lib/systemd/system/lanes.service
+    /lib/systemd/system/lanes-attach@.service
+    /etc/lanes/lanes.toml
+    /usr/share/bash-completion/completions/lanes
+    /usr/share/zsh/vendor-completions/_lanes
+    /usr/share/fish/vendor_completions.d/lanes.fish
+    /usr/share/doc/lanes/OPERATING.md
+    /usr/share/man/man1/lanes.1.gz
+)
+for sub in serve status alua lab attach bench doctor; do
+    expected+=("/usr/share/man/man1/lanes-$sub.1.gz")
+done
+for path in "${expected[@]}"; do
+    grep -qxF "$path" "$work/contents" || fail "$deb lacks $path"
+done
+ok "dpkg-deb -c lists all ${#expected[@]} expected paths ($(grep -c '^/usr/share/man/man1/.*\.1\.gz$' "$work/contents") man pages)"
+
+[ "$(dpkg-deb -f "$deb" Package)" = lanes ] || fail "control: Package is not lanes"
+[ "$(dpkg-deb -f "$deb" Architecture)" = amd64 ] || fail "control: Architecture is not amd64"
+# conffiles is a member of the control archive, not a field: dpkg-deb -I prints it.
+conffiles=$(dpkg-deb -I "$deb" conffiles)
+grep -qxF /etc/lanes/lanes.toml <<<"$conffiles" || fail "conffiles lacks /etc/lanes/lanes.toml: $conffiles"
+ok "dpkg-deb -f: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $(dpkg-deb -f "$deb" Architecture), Depends: $(dpkg-deb -f "$deb" Depends); conffiles: $conffiles"
+
+# --- the extracted tree ---------------------------------------------------------------------------
+root="$work/root"
+dpkg-deb -x "$deb" "$root"
+lanes="$root/usr/bin/lanes"
+"$lanes" --version >/dev/null || fail "the packaged binary does not run"
+
+# systemd-analyze verify --root needs the units the packaged ones depend on (sysinit.target,
+# network-online.target, ...) and the ExecReload binary inside that root: the host's units are
+# copied in under the packaged ones (never over them). MANPATH lets it check Documentation=.
+cp -rn /lib/systemd/system/. "$root/lib/systemd/system/"
+mkdir -p "$root/bin" "$root/etc/lanes/attach"
+cp /bin/kill "$root/bin/kill"
+cp "$root/usr/share/doc/lanes/examples/attach.conf" "$root/etc/lanes/attach/check.conf"
+if ! verify=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" \
+    lanes.service lanes-attach@check.service 2>&1) || [ -n "$verify" ]; then
+    fail "systemd-analyze verify: $verify"
+fi
+ok "systemd-analyze verify --root accepts lanes.service and lanes-attach@check.service"
+
+pages=0
+for page in "$root"/usr/share/man/man1/*.1.gz; do
+    warnings=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) ||
+        fail "man -l $page failed: $warnings"
+    [ -z "$warnings" ] || fail "man -l $page: $warnings"
+    pages=$((pages + 1))
+done
+ok "$pages man pages render with no warnings"
+
+# --- the packaged configuration, served -----------------------------------------------------------
+# The conffile as shipped, with its data moved into the temp dir and its portal on loopback
+# (port 0: the kernel picks a free one, the banner names it).
+data="$work/var-lib-lanes"
+config="$work/lanes.toml"
+sed -e "s#/var/lib/lanes#$data#g" -e 's#"0\.0\.0\.0:3260"#"127.0.0.1:0"#' \
+    "$root/etc/lanes/lanes.toml" >"$config"
+grep -qF "$data/disk0.img" "$config" || fail "the packaged config has no LUN at /var/lib/lanes/disk0.img"
+grep -qF '"127.0.0.1:0"' "$config" || fail "the packaged config has no 0.0.0.0:3260 portal to move"
+python3 scripts/package_serve_check.py "$lanes" "$config"
+size=$(stat -c %s "$data/disk0.img")
+[ "$size" = $((1 << 30)) ] || fail "disk0.img is $size bytes, expected 1 GiB"
+ok "the packaged config created $data/disk0.img (1 GiB, $(du -k "$data/disk0.img" | cut -f1) KiB allocated)"
+echo "package-check: all checks passed"
