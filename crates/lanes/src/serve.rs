@@ -89,8 +89,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes. This
     // task only tells the service manager that the stop has begun.
+    let stop = stop_requested();
     let stopping = tokio::spawn(async {
-        if stop_requested().await {
+        if stop.await {
             notify::notify_or_log("STOPPING=1\nSTATUS=draining and flushing");
         }
     });
@@ -101,16 +102,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for SIGINT or SIGTERM (the signals the driver stops on); false if they cannot be
-/// watched.
-async fn stop_requested() -> bool {
+/// Watches for SIGINT or SIGTERM (the signals the driver stops on) from the call on; the
+/// future completes with true when one arrives, false if they cannot be watched.
+fn stop_requested() -> impl std::future::Future<Output = bool> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return false;
-    };
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.is_ok(),
-        _ = term.recv() => true,
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) else {
+            return false;
+        };
+        tokio::select! {
+            r = interrupt.recv() => r.is_some(),
+            r = terminate.recv() => r.is_some(),
+        }
     }
 }
 

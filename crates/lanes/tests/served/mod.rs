@@ -1,6 +1,7 @@
 //! A `lanes serve` child process for the binary's tests: started on a free loopback port with
 //! a 64 MiB LUN in a temp dir, ready once its banner names the portal and the target.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -33,9 +34,15 @@ pub fn serve(dir: &Path) -> Served {
 
 /// `lanes serve` with one portal per address (port 0: each gets a free port).
 pub fn serve_on(dir: &Path, portals: &[&str]) -> Served {
+    serve_with_env(dir, portals, &[])
+}
+
+/// [`serve_on`] with extra environment variables for the child (e.g. NOTIFY_SOCKET).
+pub fn serve_with_env(dir: &Path, portals: &[&str], envs: &[(&str, &OsStr)]) -> Served {
     let lun = format!("{},size=64M", dir.join("disk.img").display());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanes"));
     cmd.arg("serve");
+    cmd.envs(envs.iter().copied());
     for p in portals {
         cmd.args(["--portal", p]);
     }
