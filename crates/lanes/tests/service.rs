@@ -91,6 +91,11 @@ fn packaged_config_is_valid_and_keeps_data_in_var_lib() {
         Path::new("/var/lib/lanes/lanes.sock")
     );
     assert_eq!(config.targets.len(), 1);
+    assert_eq!(
+        config.targets[0].name,
+        lanes_iscsi_target::config::default_target_name(),
+        "no fixed name: two hosts with the packaged file must not share LUN identifiers"
+    );
     let lun = &config.targets[0].luns[0];
     assert_eq!(lun.path, Path::new("/var/lib/lanes/disk0.img"));
     assert_eq!(
