@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks the Debian package: it builds (scripts/build-deb.sh); it holds the binary, both units,
 # the conffile, the man pages and the completions; systemd-analyze verify accepts both units in
-# the extracted tree; every man page renders without a groff warning; and the extracted binary
-# starts from the packaged configuration (paths moved to a temp dir, a loopback portal), tells
-# NOTIFY_SOCKET READY=1, ignores SIGHUP and stops cleanly on SIGTERM.
+# the extracted tree and rates lanes.service's exposure at 3.0 or below; every man page renders
+# without a groff warning; and the extracted binary starts from the packaged configuration
+# (paths moved to a temp dir, a loopback portal), tells NOTIFY_SOCKET READY=1, ignores SIGHUP and
+# stops cleanly on SIGTERM.
 #
 # Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3.
 # Never installs the package and never starts a unit: it works where PID 1 is not systemd.
@@ -73,6 +74,11 @@ if ! verify=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root
     fail "systemd-analyze verify: $verify"
 fi
 ok "systemd-analyze verify --root accepts lanes.service and lanes-attach@check.service"
+# The target's hardening must not erode: systemd's exposure score (0 best, 10 worst; 2.4 when
+# this was written) stays at or below 3.0.
+security=$(systemd-analyze security --offline=yes --root="$root" --threshold=30 lanes.service 2>&1) ||
+    fail "lanes.service exposure is above 3.0: $(grep -F 'Overall exposure' <<<"$security")"
+ok "$(grep -F 'Overall exposure' <<<"$security" | sed 's/^→ //')"
 
 pages=0
 for page in "$root"/usr/share/man/man1/*.1.gz; do
