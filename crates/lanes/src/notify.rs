@@ -2,7 +2,8 @@
 //! datagram to the unix socket named by `$NOTIFY_SOCKET`, so a `Type=notify` unit is started
 //! only once every portal listens.
 //!
-//! Outside systemd (no `$NOTIFY_SOCKET`) every call does nothing. A name starting with `@` is a
+//! Also the stop signals, installed before READY=1 is sent. Outside systemd (no
+//! `$NOTIFY_SOCKET`) every notification does nothing. A name starting with `@` is a
 //! socket in the abstract namespace (the `@` stands for the leading NUL byte).
 
 use std::ffi::OsStr;
@@ -42,6 +43,21 @@ pub fn notify(state: &str) -> io::Result<bool> {
         ));
     }
     Ok(true)
+}
+
+/// Installs SIGINT and SIGTERM handlers now, before readiness is announced (a service manager
+/// may stop a unit the moment it is ready, and the default action would end the process without
+/// draining); the future completes when either arrives.
+pub fn stop_signal() -> io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }
 
 /// [`notify`], with a failure logged rather than returned: the service manager not hearing

@@ -89,10 +89,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes. This
     // task only tells the service manager that the stop has begun.
-    let stop = stop_requested();
+    let stop = notify::stop_signal();
     let stopping = tokio::spawn(async {
-        if stop.await {
-            notify::notify_or_log("STOPPING=1\nSTATUS=draining and flushing");
+        match stop {
+            Ok(stop) => {
+                stop.await;
+                notify::notify_or_log("STOPPING=1\nSTATUS=draining and flushing");
+            }
+            Err(e) => tracing::warn!("cannot watch SIGINT/SIGTERM to report STOPPING=1: {e}"),
         }
     });
     let result = lanes_iscsi_target::serve(config, ready_tx).await;
@@ -100,23 +104,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     stopping.abort();
     result?;
     Ok(())
-}
-
-/// Watches for SIGINT or SIGTERM (the signals the driver stops on) from the call on; the
-/// future completes with true when one arrives, false if they cannot be watched.
-fn stop_requested() -> impl std::future::Future<Output = bool> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let interrupt = signal(SignalKind::interrupt());
-    let terminate = signal(SignalKind::terminate());
-    async move {
-        let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) else {
-            return false;
-        };
-        tokio::select! {
-            r = interrupt.recv() => r.is_some(),
-            r = terminate.recv() => r.is_some(),
-        }
-    }
 }
 
 /// What the driver reports once it listens: bound portals (wildcards expanded) and LUN WWIDs.

@@ -1,16 +1,17 @@
 //! `lanes serve` as a systemd service: READY=1 on `$NOTIFY_SOCKET` once every portal listens,
-//! SIGHUP (`systemctl reload`) ignored, STOPPING=1 and exit 0 on SIGTERM; the packaged
+//! SIGHUP (`systemctl reload`) ignored, STOPPING=1 and exit 0 on SIGTERM; the same for `lanes
+//! attach` (READY=1 once its exports are up); the packaged
 //! `/etc/lanes/lanes.toml` passes the real configuration parser; `lanes generate` writes the
 //! packaged man pages and completions.
 
 mod served;
 
 use lanes_iscsi_target::config::ServeConfig;
-use served::serve_with_env;
+use served::{serve_on, serve_with_env};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -68,15 +69,68 @@ fn notify_socket_hears_ready_then_stopping() {
         stopping.lines().any(|line| line == "STOPPING=1"),
         "{stopping:?}"
     );
+    let status = exit_status(&mut served.child);
+    assert!(status.success(), "exit after SIGTERM: {status}");
+}
+
+/// Waits for the child to exit, within the deadline.
+fn exit_status(child: &mut Child) -> std::process::ExitStatus {
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = served.child.try_wait().expect("try_wait") {
-            break status;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
         }
         assert!(started.elapsed() < DEADLINE, "no exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit after SIGTERM: {status}");
+    }
+}
+
+/// A child process killed on drop (a failed assertion must not leave it running).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn attach_notifies_ready_once_exported_then_stopping() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = serve_on(dir.path(), &["127.0.0.1:0"]);
+    let socket_path = dir.path().join("attach-notify.sock");
+    let notify = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    notify.set_read_timeout(Some(DEADLINE)).unwrap();
+    let nbd = dir.path().join("nbd.sock");
+    let url = format!("iscsi://{}/{}/0", served.portal, served.target);
+    let mut attach = Killed(
+        Command::new(env!("CARGO_BIN_EXE_lanes"))
+            .args(["attach", &url, "--nbd"])
+            .arg(format!("unix:{}", nbd.display()))
+            .arg("--status-socket")
+            .arg(dir.path().join("attach.sock"))
+            .env("LANES_RUN_DIR", dir.path().join("run"))
+            .env("NOTIFY_SOCKET", &socket_path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn lanes attach"),
+    );
+    let ready = next_state(&notify);
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    assert!(ready.contains("over 1 path(s)"), "{ready:?}");
+    // READY=1 comes after the NBD export is bound.
+    std::os::unix::net::UnixStream::connect(&nbd).expect("the NBD export listens");
+
+    signal(&attach.0, rustix::process::Signal::Term);
+    let stopping = next_state(&notify);
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
+    let status = exit_status(&mut attach.0);
+    assert!(
+        status.success(),
+        "lanes attach exit after SIGTERM: {status}"
+    );
 }
 
 #[test]
@@ -127,6 +181,7 @@ fn packaged_unit_runs_the_packaged_config() {
     }
     let template =
         std::fs::read_to_string(debian.join("lanes-attach@.service")).expect("attach unit");
+    assert!(template.lines().any(|l| l == "Type=notify"));
     assert!(template
         .lines()
         .any(|l| l == "EnvironmentFile=/etc/lanes/attach/%i.conf"));
