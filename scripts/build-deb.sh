@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian package target/debian/lanes_<version>-1_amd64.deb: the release binary, then
+# Builds the Debian package target/debian/lanes_<version>_amd64.deb: the release binary, then
 # its man pages and shell completions generated from the CLI (lanes generate, into
 # target/release/generated, where crates/lanes/Cargo.toml's [package.metadata.deb] assets point),
 # then cargo deb. Installs cargo-deb when it is missing. Prints the .deb's path last.
@@ -24,5 +24,6 @@ gzip -9 -n "$generated"/man/*.1
 # profile keeps line tables for profiling; the package does not need them (72 MB -> 9 MB).
 cargo deb -p lanes --no-build --strip --output "$target_dir/debian/" >&2
 version=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="lanes"))')
-deb=$(ls -t "$target_dir"/debian/lanes_"$version"*_amd64.deb | head -n 1)
+deb="$target_dir/debian/lanes_${version}_amd64.deb"
+[ -f "$deb" ] || { echo "build-deb: cargo deb did not write $deb" >&2; exit 1; }
 echo "$deb"

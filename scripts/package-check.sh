@@ -56,11 +56,22 @@ conffiles=$(dpkg-deb -I "$deb" conffiles)
 grep -qxF /etc/lanes/lanes.toml <<<"$conffiles" || fail "conffiles lacks /etc/lanes/lanes.toml: $conffiles"
 ok "dpkg-deb -f: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $(dpkg-deb -f "$deb" Architecture), Depends: $(dpkg-deb -f "$deb" Depends); conffiles: $conffiles"
 
+# Maintainer scripts: they must at least parse (they cannot run here: PID 1 is not systemd).
+dpkg-deb -e "$deb" "$work/control"
+for script in postinst prerm postrm; do
+    [ -x "$work/control/$script" ] || fail "no executable $script in the control archive"
+    sh -n "$work/control/$script" || fail "$script does not parse"
+done
+ok "maintainer scripts postinst, prerm, postrm parse"
+
 # --- the extracted tree ---------------------------------------------------------------------------
 root="$work/root"
 dpkg-deb -x "$deb" "$root"
 lanes="$root/usr/bin/lanes"
-"$lanes" --version >/dev/null || fail "the packaged binary does not run"
+version=$("$lanes" --version) || fail "the packaged binary does not run"
+[ "$version" = "lanes $(dpkg-deb -f "$deb" Version)" ] ||
+    fail "the packaged binary says '$version' in package version $(dpkg-deb -f "$deb" Version)"
+ok "the packaged binary runs: $version"
 
 # systemd-analyze verify --root needs the units the packaged ones depend on (sysinit.target,
 # network-online.target, ...) and the ExecReload binary inside that root: the host's units are
@@ -88,6 +99,11 @@ for page in "$root"/usr/share/man/man1/*.1.gz; do
     pages=$((pages + 1))
 done
 ok "$pages man pages render with no warnings"
+
+# The bash completion loads and registers itself for lanes (zsh and fish are not installed here).
+completion=$(bash -c "source '$root/usr/share/bash-completion/completions/lanes' && complete -p lanes") ||
+    fail "the bash completion does not load"
+ok "bash completion: $completion"
 
 # --- the packaged configuration, served -----------------------------------------------------------
 # The conffile as shipped, with its data moved into the temp dir and its portal on loopback
