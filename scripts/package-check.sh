@@ -6,7 +6,8 @@
 # (paths moved to a temp dir, a loopback portal), tells NOTIFY_SOCKET READY=1, ignores SIGHUP and
 # stops cleanly on SIGTERM.
 #
-# Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3.
+# Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3;
+# lintian too, when installed.
 # Never installs the package and never starts a unit: it works where PID 1 is not systemd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,15 @@ ok "dpkg-deb -c lists all ${#expected[@]} expected paths ($(grep -c '^/usr/share
 conffiles=$(dpkg-deb -I "$deb" conffiles)
 grep -qxF /etc/lanes/lanes.toml <<<"$conffiles" || fail "conffiles lacks /etc/lanes/lanes.toml: $conffiles"
 ok "dpkg-deb -f: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $(dpkg-deb -f "$deb" Architecture), Depends: $(dpkg-deb -f "$deb" Depends); conffiles: $conffiles"
+
+# Debian policy, when lintian is installed (package lintian): no error and no warning.
+if command -v lintian >/dev/null; then
+    findings=$(lintian --allow-root "$deb" 2>&1) || fail "lintian: $findings"
+    [ -z "$findings" ] || fail "lintian: $findings"
+    ok "lintian: no errors, no warnings"
+else
+    ok "lintian is not installed: policy check skipped"
+fi
 
 # Maintainer scripts: they must at least parse (they cannot run here: PID 1 is not systemd).
 dpkg-deb -e "$deb" "$work/control"
