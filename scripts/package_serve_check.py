@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Starts a packaged `lanes serve` the way lanes.service does (Type=notify) and checks it.
 
-Usage: package_serve_check.py LANES_BINARY CONFIG
+Usage: package_serve_check.py CONFIG COMMAND...
+
+COMMAND is the packaged binary, possibly behind a wrapper that execs it in the same process
+(setpriv, to run with the unit's capability bounding set and no_new_privs).
 
 The binary runs with NOTIFY_SOCKET set to an abstract unix datagram socket this script binds
 (systemd passes such '@' names too). Checks, each against a deadline and never by sleeping:
@@ -38,14 +41,14 @@ def read_some(stream):
 
 
 def main():
-    binary, config = sys.argv[1], sys.argv[2]
+    config, command = sys.argv[1], sys.argv[2:]
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     name = f"lanes-package-check-{os.getpid()}"
     notify.bind("\0" + name)
     notify.setblocking(False)
     env = dict(os.environ, NOTIFY_SOCKET="@" + name, RUST_LOG="info")
     child = subprocess.Popen(
-        [binary, "serve", "--config", config],
+        [*command, "serve", "--config", config],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
