@@ -1,10 +1,10 @@
 //! The systemd readiness protocol (sd_notify(3)): state lines such as `READY=1` sent as one
-//! datagram to the unix socket named by `$NOTIFY_SOCKET`, so a `Type=notify` unit is started
-//! only once every portal listens.
+//! datagram to the unix socket named by `$NOTIFY_SOCKET`, so a `Type=notify` unit counts as
+//! started only once `lanes serve` listens on every portal (or `lanes attach` exports its
+//! device). A name starting with `@` is a socket in the abstract namespace (the `@` stands for
+//! the leading NUL byte). Without `$NOTIFY_SOCKET` (not under systemd) nothing is sent.
 //!
-//! Also the stop signals, installed before READY=1 is sent. Outside systemd (no
-//! `$NOTIFY_SOCKET`) every notification does nothing. A name starting with `@` is a
-//! socket in the abstract namespace (the `@` stands for the leading NUL byte).
+//! Also the stop signals, which must be handled before READY=1 goes out.
 
 use std::ffi::OsStr;
 use std::io;
