@@ -4,7 +4,8 @@
 # the extracted tree and rates lanes.service's exposure at 3.0 or below; every man page renders
 # without a groff warning; and the extracted binary starts from the packaged configuration
 # (paths moved to a temp dir, a loopback portal), tells NOTIFY_SOCKET READY=1, ignores SIGHUP and
-# stops cleanly on SIGTERM.
+# stops cleanly on SIGTERM, and lanes attach of its LUN (FUSE and NBD exports, with the attach
+# unit's capabilities) does the same.
 #
 # Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3;
 # lintian too, when installed.
@@ -27,7 +28,8 @@ deb=$(scripts/build-deb.sh | tail -n 1)
 ok "built $deb"
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A failed attach check may leave its FUSE mount behind: unmount before removing.
+trap 'umount -l "$work/fuse" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # --- contents -------------------------------------------------------------------------------------
 dpkg-deb -c "$deb" | awk '{print $NF}' | sed 's#^\./#/#' >"$work/contents"
@@ -124,16 +126,18 @@ sed -e "s#/var/lib/lanes#$data#g" -e 's#"0\.0\.0\.0:3260"#"127.0.0.1:0"#' \
     "$root/etc/lanes/lanes.toml" >"$config"
 grep -qF "$data/disk0.img" "$config" || fail "the packaged config has no LUN at /var/lib/lanes/disk0.img"
 grep -qF '"127.0.0.1:0"' "$config" || fail "the packaged config has no 0.0.0.0:3260 portal to move"
-# As lanes.service runs it, as far as this machine allows without systemd: umask 0077, the
-# capability bounding set CAP_NET_BIND_SERVICE and no_new_privs (setpriv, util-linux), when run
-# as root. (Not reproduced here: the mount namespace of ProtectSystem= and friends, and the
-# system call filter.)
-command=("$lanes")
+# As the units run them, as far as this machine allows without systemd: umask 0077, each unit's
+# capability bounding set and no_new_privs (setpriv, util-linux), when run as root. Not
+# reproduced here: the mount namespace of ProtectSystem= and friends, and the system call filter.
+serve_command=$(printf '%q' "$lanes")
+attach_command=$serve_command
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
-    command=(setpriv --no-new-privs --bounding-set -all,+net_bind_service --inh-caps -all "$lanes")
-    ok "serving under: umask 0077, ${command[*]:0:6}"
+    serve_command="setpriv --no-new-privs --bounding-set -all,+net_bind_service --inh-caps -all $serve_command"
+    attach_command="setpriv --no-new-privs --bounding-set -all,+sys_admin,+net_raw,+dac_override --inh-caps -all $attach_command"
+    ok "lanes serve runs under: umask 0077, ${serve_command% *}"
+    ok "lanes attach runs under: ${attach_command% *}"
 fi
-(umask 0077 && python3 scripts/package_serve_check.py "$config" "${command[@]}")
+(umask 0077 && python3 scripts/package_serve_check.py "$work" "$config" "$serve_command" "$attach_command")
 size=$(stat -c %s "$data/disk0.img")
 [ "$size" = $((1 << 30)) ] || fail "disk0.img is $size bytes, expected 1 GiB"
 ok "the packaged config created $data/disk0.img (1 GiB, $(du -k "$data/disk0.img" | cut -f1) KiB allocated)"

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""Starts a packaged `lanes serve` the way lanes.service does (Type=notify) and checks it.
+"""Runs the packaged binary the way lanes.service and lanes-attach@.service do (Type=notify).
 
-Usage: package_serve_check.py CONFIG COMMAND...
+Usage: package_serve_check.py WORK_DIR CONFIG SERVE_COMMAND ATTACH_COMMAND
 
-COMMAND is the packaged binary, possibly behind a wrapper that execs it in the same process
-(setpriv, to run with the unit's capability bounding set and no_new_privs).
+SERVE_COMMAND and ATTACH_COMMAND are shell-quoted command lines ending in the packaged binary,
+possibly behind a wrapper that execs it in the same process (setpriv, to run with a unit's
+capability bounding set and no_new_privs).
 
-The binary runs with NOTIFY_SOCKET set to an abstract unix datagram socket this script binds
-(systemd passes such '@' names too). Checks, each against a deadline and never by sleeping:
-the banner reaches stdout and names a loopback portal; READY=1 arrives on the socket; the
+Each process gets NOTIFY_SOCKET, an abstract unix datagram socket this script binds (systemd
+passes such '@' names too). Checks, each against a deadline and never by sleeping:
+`lanes serve --config CONFIG` prints its banner naming a loopback portal and sends READY=1; the
 portal accepts a TCP connection; SIGHUP (what `systemctl reload` sends) leaves it running;
-SIGTERM brings STOPPING=1 and a clean exit (status 0). Prints one line per check.
+`lanes attach` of its LUN 0 with NBD and FUSE exports sends READY=1, the NBD socket greets,
+the FUSE file reads (where /dev/fuse exists), and SIGTERM brings STOPPING=1 and exit 0; then SIGTERM to the target brings STOPPING=1 and exit 0.
+Prints one line per check.
 """
 
 import os
 import re
 import selectors
+import shlex
 import signal
 import socket
 import subprocess
@@ -25,10 +29,18 @@ import time
 DEADLINE = 60.0
 
 
+# Every child started, killed when a check fails (the shell script then unmounts and cleans up).
+CHILDREN = []
+
+
 def fail(message, output=""):
     print(f"package-check: FAIL: {message}", file=sys.stderr)
     if output:
         print(output, file=sys.stderr)
+    for child in CHILDREN:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     sys.exit(1)
 
 
@@ -40,92 +52,163 @@ def read_some(stream):
         return b""
 
 
-def main():
-    config, command = sys.argv[1], sys.argv[2:]
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    name = f"lanes-package-check-{os.getpid()}"
-    notify.bind("\0" + name)
-    notify.setblocking(False)
-    env = dict(os.environ, NOTIFY_SOCKET="@" + name, RUST_LOG="info")
-    child = subprocess.Popen(
-        [*command, "serve", "--config", config],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    os.set_blocking(child.stdout.fileno(), False)
-    os.set_blocking(child.stderr.fileno(), False)
-    selector = selectors.DefaultSelector()
-    selector.register(child.stdout, selectors.EVENT_READ, "stdout")
-    selector.register(child.stderr, selectors.EVENT_READ, "stderr")
-    selector.register(notify, selectors.EVENT_READ, "notify")
-    seen = {"stdout": b"", "stderr": b"", "notify": []}
+class Watched:
+    """A child process with its stdout, stderr and service-manager datagrams collected."""
 
-    def pump(until, what):
-        """Reads stdout, stderr and datagrams until until() holds or the deadline passes."""
+    def __init__(self, name, command, env=None):
+        self.name = name
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        address = f"lanes-package-check-{os.getpid()}-{name}"
+        self.notify.bind("\0" + address)
+        self.notify.setblocking(False)
+        environment = dict(os.environ, NOTIFY_SOCKET="@" + address, RUST_LOG="info")
+        environment.update(env or {})
+        self.child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+        )
+        CHILDREN.append(self.child)
+        os.set_blocking(self.child.stdout.fileno(), False)
+        os.set_blocking(self.child.stderr.fileno(), False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.child.stdout, selectors.EVENT_READ, "stdout")
+        self.selector.register(self.child.stderr, selectors.EVENT_READ, "stderr")
+        self.selector.register(self.notify, selectors.EVENT_READ, "notify")
+        self.seen = {"stdout": b"", "stderr": b"", "notify": []}
+
+    def drain(self):
+        for stream in ("stdout", "stderr"):
+            self.seen[stream] += read_some(getattr(self.child, stream))
+        while True:
+            try:
+                self.seen["notify"].append(self.notify.recv(4096).decode())
+            except BlockingIOError:
+                break
+
+    def pump(self, until, what):
+        """Collects output until until() holds; fails at the deadline or if the child exits."""
         end = time.monotonic() + DEADLINE
         while not until():
             left = end - time.monotonic()
             if left <= 0:
-                child.kill()
-                fail(f"no {what} within {DEADLINE:.0f} s", logs())
-            for key, _ in selector.select(timeout=min(left, 1.0)):
+                self.child.kill()
+                fail(f"{self.name}: no {what} within {DEADLINE:.0f} s", self.logs())
+            for key, _ in self.selector.select(timeout=min(left, 1.0)):
                 if key.data == "notify":
-                    seen["notify"].append(notify.recv(4096).decode())
+                    self.seen["notify"].append(self.notify.recv(4096).decode())
                 else:
-                    seen[key.data] += read_some(key.fileobj)
-            if child.poll() is not None and not until():
-                # Drain what is left, then give up: the process is gone.
-                for stream in ("stdout", "stderr"):
-                    seen[stream] += read_some(getattr(child, stream))
-                while True:
-                    try:
-                        seen["notify"].append(notify.recv(4096).decode())
-                    except BlockingIOError:
-                        break
+                    self.seen[key.data] += read_some(key.fileobj)
+            if self.child.poll() is not None and not until():
+                self.drain()
                 if not until():
-                    fail(f"lanes serve exited ({child.returncode}) before {what}", logs())
+                    fail(
+                        f"{self.name} exited ({self.child.returncode}) before {what}",
+                        self.logs(),
+                    )
 
-    def logs():
+    def states(self):
+        return [line for message in self.seen["notify"] for line in message.split("\n")]
+
+    def logs(self):
         return (
-            "--- stdout\n" + seen["stdout"].decode(errors="replace")
-            + "--- stderr\n" + seen["stderr"].decode(errors="replace")
-            + "--- notify\n" + repr(seen["notify"])
+            f"--- {self.name} stdout\n" + self.seen["stdout"].decode(errors="replace")
+            + f"--- {self.name} stderr\n" + self.seen["stderr"].decode(errors="replace")
+            + f"--- {self.name} notify\n" + repr(self.seen["notify"])
         )
 
-    def states():
-        return [line for message in seen["notify"] for line in message.split("\n")]
+    def stop(self):
+        """SIGTERM: STOPPING=1 must arrive and the process must exit 0."""
+        self.child.send_signal(signal.SIGTERM)
+        self.pump(lambda: "STOPPING=1" in self.states(), "STOPPING=1 after SIGTERM")
+        try:
+            code = self.child.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            fail(f"{self.name} did not exit within the deadline after SIGTERM", self.logs())
+        if code != 0:
+            self.drain()
+            fail(f"{self.name} exited with status {code} after SIGTERM", self.logs())
+        print(f"package-check: {self.name}: SIGTERM -> STOPPING=1, exit status 0")
 
-    banner = re.compile(rb"portal\s+(127\.0\.0\.1:\d+)\s+TPGT \d+")
-    pump(lambda: b"Status:" in seen["stdout"] and banner.search(seen["stdout"]), "banner")
-    portal = banner.search(seen["stdout"]).group(1).decode()
-    print(f"package-check: banner names portal {portal}")
-    pump(lambda: "READY=1" in states(), "READY=1 on NOTIFY_SOCKET")
-    print(f"package-check: NOTIFY_SOCKET received {seen['notify'][0]!r}")
 
+def connect(host, port):
+    with socket.create_connection((host, int(port)), timeout=DEADLINE):
+        pass
+
+
+def main():
+    work, config = sys.argv[1], sys.argv[2]
+    serve_command, attach_command = shlex.split(sys.argv[3]), shlex.split(sys.argv[4])
+
+    serve = Watched("lanes serve", [*serve_command, "serve", "--config", config])
+    portal_line = re.compile(rb"portal\s+(127\.0\.0\.1:\d+)\s+TPGT \d+")
+    target_line = re.compile(rb"^Target (\S+)$", re.MULTILINE)
+    serve.pump(
+        lambda: b"Status:" in serve.seen["stdout"]
+        and portal_line.search(serve.seen["stdout"])
+        and target_line.search(serve.seen["stdout"]),
+        "banner",
+    )
+    portal = portal_line.search(serve.seen["stdout"]).group(1).decode()
+    target = target_line.search(serve.seen["stdout"]).group(1).decode()
+    print(f"package-check: lanes serve: banner names {target} on portal {portal}")
+    serve.pump(lambda: "READY=1" in serve.states(), "READY=1 on NOTIFY_SOCKET")
+    print(f"package-check: lanes serve: NOTIFY_SOCKET received {serve.seen['notify'][0]!r}")
     host, port = portal.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=DEADLINE):
-        pass
-    print(f"package-check: portal {portal} accepts TCP connections")
+    connect(host, port)
+    print(f"package-check: lanes serve: portal {portal} accepts TCP connections")
 
-    child.send_signal(signal.SIGHUP)
-    pump(lambda: b"SIGHUP" in seen["stderr"], "log line for SIGHUP")
-    if child.poll() is not None:
-        fail(f"SIGHUP ended lanes serve ({child.returncode})", logs())
-    with socket.create_connection((host, int(port)), timeout=DEADLINE):
-        pass
-    print("package-check: SIGHUP logged and ignored, portal still accepts")
+    serve.child.send_signal(signal.SIGHUP)
+    serve.pump(lambda: b"SIGHUP" in serve.seen["stderr"], "log line for SIGHUP")
+    if serve.child.poll() is not None:
+        fail(f"SIGHUP ended lanes serve ({serve.child.returncode})", serve.logs())
+    connect(host, port)
+    print("package-check: lanes serve: SIGHUP logged and ignored, portal still accepts")
 
-    child.send_signal(signal.SIGTERM)
-    pump(lambda: "STOPPING=1" in states(), "STOPPING=1 after SIGTERM")
-    try:
-        code = child.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        fail("lanes serve did not exit within the deadline after SIGTERM", logs())
-    if code != 0:
-        fail(f"lanes serve exited with status {code} after SIGTERM", logs())
-    print("package-check: SIGTERM -> STOPPING=1, exit status 0")
+    mount = os.path.join(work, "fuse")
+    nbd = os.path.join(work, "nbd.sock")
+    os.makedirs(mount, exist_ok=True)
+    # FUSE needs /dev/fuse; without it the check exports NBD only.
+    fuse = os.path.exists("/dev/fuse")
+    attach = Watched(
+        "lanes attach",
+        [
+            *attach_command,
+            "attach",
+            f"iscsi://{portal}/{target}/0",
+            *(["--fuse", mount] if fuse else []),
+            "--nbd",
+            "unix:" + nbd,
+            "--status-socket",
+            os.path.join(work, "attach.sock"),
+        ],
+        env={"LANES_RUN_DIR": os.path.join(work, "run")},
+    )
+    attach.pump(lambda: "READY=1" in attach.states(), "READY=1 on NOTIFY_SOCKET")
+    print(f"package-check: lanes attach: NOTIFY_SOCKET received {attach.seen['notify'][0]!r}")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(DEADLINE)
+        client.connect(nbd)
+        # NBD newstyle handshake: the server speaks first with NBDMAGIC.
+        if client.recv(8) != b"NBDMAGIC":
+            fail(f"the NBD export {nbd} does not greet with NBDMAGIC", attach.logs())
+    print(f"package-check: lanes attach: NBD export {nbd} answers")
+    disk = os.path.join(mount, "disk")
+    if fuse:
+        with open(disk, "rb") as exported:
+            exported.seek(0, os.SEEK_END)
+            size = exported.tell()
+            exported.seek(0)
+            first = exported.read(4096)
+        if size != 1 << 30 or len(first) != 4096:
+            fail(f"the FUSE file {disk} is {size} bytes, read {len(first)}", attach.logs())
+        print(f"package-check: lanes attach: FUSE file {disk} is 1 GiB and reads")
+    else:
+        print("package-check: lanes attach: no /dev/fuse here, FUSE export not checked")
+    attach.stop()
+    if os.path.exists(disk):
+        fail(f"{disk} is still mounted after lanes attach stopped", attach.logs())
+
+    serve.stop()
 
 
 if __name__ == "__main__":
