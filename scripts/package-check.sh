@@ -127,8 +127,9 @@ sed -e "s#/var/lib/lanes#$data#g" -e 's#"0\.0\.0\.0:3260"#"127.0.0.1:0"#' \
 grep -qF "$data/disk0.img" "$config" || fail "the packaged config has no LUN at /var/lib/lanes/disk0.img"
 grep -qF '"127.0.0.1:0"' "$config" || fail "the packaged config has no 0.0.0.0:3260 portal to move"
 # As the units run them, as far as this machine allows without systemd: umask 0077, each unit's
-# capability bounding set and no_new_privs (setpriv, util-linux), when run as root. Not
-# reproduced here: the mount namespace of ProtectSystem= and friends, and the system call filter.
+# capability bounding set and no_new_privs (setpriv, util-linux), when run as root, and for
+# serve the unit's SystemCallFilter=. Not reproduced here: the mount namespace of
+# ProtectSystem= and friends, MemoryDenyWriteExecute, RestrictAddressFamilies.
 serve_command=$(printf '%q' "$lanes")
 attach_command=$serve_command
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
@@ -137,7 +138,10 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     ok "lanes serve runs under: umask 0077, ${serve_command% *}"
     ok "lanes attach runs under: ${attach_command% *}"
 fi
-(umask 0077 && python3 scripts/package_serve_check.py "$work" "$config" "$serve_command" "$attach_command")
+# lanes serve also runs under the unit's own system call filter (libseccomp, from the unit file).
+serve_filter=$(sed -n 's/^SystemCallFilter=//p' "$root/lib/systemd/system/lanes.service")
+(umask 0077 && python3 scripts/package_serve_check.py "$work" "$config" "$serve_command" \
+    "$attach_command" "$serve_filter")
 size=$(stat -c %s "$data/disk0.img")
 [ "$size" = $((1 << 30)) ] || fail "disk0.img is $size bytes, expected 1 GiB"
 ok "the packaged config created $data/disk0.img (1 GiB, $(du -k "$data/disk0.img" | cut -f1) KiB allocated)"

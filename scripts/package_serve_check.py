@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Runs the packaged binary the way lanes.service and lanes-attach@.service do (Type=notify).
 
-Usage: package_serve_check.py WORK_DIR CONFIG SERVE_COMMAND ATTACH_COMMAND
+Usage: package_serve_check.py WORK_DIR CONFIG SERVE_COMMAND ATTACH_COMMAND [SERVE_FILTER]
 
 SERVE_COMMAND and ATTACH_COMMAND are shell-quoted command lines ending in the packaged binary,
 possibly behind a wrapper that execs it in the same process (setpriv, to run with a unit's
-capability bounding set and no_new_privs).
+capability bounding set and no_new_privs). SERVE_FILTER is lanes.service's SystemCallFilter=
+value: lanes serve then runs under the same seccomp filter (other system calls fail with EPERM,
+as with the unit's SystemCallErrorNumber=EPERM).
 
 Each process gets NOTIFY_SOCKET, an abstract unix datagram socket this script binds (systemd
 passes such '@' names too). Checks, each against a deadline and never by sleeping:
@@ -52,10 +54,62 @@ def read_some(stream):
         return b""
 
 
+def syscall_names(groups):
+    """The system calls systemd's SystemCallFilter= allows for these names and @groups."""
+    names, pending, expanded = set(), list(groups), set()
+    while pending:
+        item = pending.pop()
+        if not item.startswith("@"):
+            names.add(item)
+            continue
+        if item in expanded:
+            continue
+        expanded.add(item)
+        listing = subprocess.run(
+            ["systemd-analyze", "syscall-filter", item],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        for line in listing.splitlines()[1:]:
+            word = line.strip()
+            if word and not word.startswith("#"):
+                pending.append(word)
+    return names
+
+
+def syscall_filter(groups):
+    """A preexec function that loads a seccomp filter like the unit's SystemCallFilter= with
+    SystemCallErrorNumber=EPERM: the listed system calls run, every other one fails with
+    EPERM (libseccomp through ctypes)."""
+    import ctypes
+    import errno
+
+    allowed = sorted(syscall_names(groups))
+    seccomp = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    seccomp.seccomp_init.restype = ctypes.c_void_p
+    seccomp.seccomp_init.argtypes = [ctypes.c_uint32]
+    seccomp.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    seccomp.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                         ctypes.c_uint]
+    seccomp.seccomp_load.argtypes = [ctypes.c_void_p]
+    numbers = [seccomp.seccomp_syscall_resolve_name(n.encode()) for n in allowed]
+    numbers = [n for n in numbers if n >= 0]  # names of other architectures resolve < 0
+    act_allow, act_eperm = 0x7FFF0000, 0x00050000 | errno.EPERM
+
+    def load():
+        context = seccomp.seccomp_init(act_eperm)
+        for number in numbers:
+            if seccomp.seccomp_rule_add(context, act_allow, number, 0) != 0:
+                os._exit(126)
+        if seccomp.seccomp_load(context) != 0:
+            os._exit(126)
+
+    return load, len(numbers)
+
+
 class Watched:
     """A child process with its stdout, stderr and service-manager datagrams collected."""
 
-    def __init__(self, name, command, env=None):
+    def __init__(self, name, command, env=None, preexec=None):
         self.name = name
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         address = f"lanes-package-check-{os.getpid()}-{name}"
@@ -64,7 +118,11 @@ class Watched:
         environment = dict(os.environ, NOTIFY_SOCKET="@" + address, RUST_LOG="info")
         environment.update(env or {})
         self.child = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+            preexec_fn=preexec,
         )
         CHILDREN.append(self.child)
         os.set_blocking(self.child.stdout.fileno(), False)
@@ -138,8 +196,16 @@ def connect(host, port):
 def main():
     work, config = sys.argv[1], sys.argv[2]
     serve_command, attach_command = shlex.split(sys.argv[3]), shlex.split(sys.argv[4])
+    # The serve unit's SystemCallFilter= value, when given.
+    serve_filter = sys.argv[5].split() if len(sys.argv) > 5 and sys.argv[5] else []
 
-    serve = Watched("lanes serve", [*serve_command, "serve", "--config", config])
+    preexec = None
+    if serve_filter:
+        preexec, count = syscall_filter(serve_filter)
+        print(f"package-check: lanes serve runs under SystemCallFilter={' '.join(serve_filter)} "
+              f"({count} system calls, every other one EPERM)")
+    serve = Watched("lanes serve", [*serve_command, "serve", "--config", config],
+                    preexec=preexec)
     portal_line = re.compile(rb"portal\s+(127\.0\.0\.1:\d+)\s+TPGT \d+")
     target_line = re.compile(rb"^Target (\S+)$", re.MULTILINE)
     serve.pump(
