@@ -193,8 +193,14 @@ def connect(host, port):
         pass
 
 
+# What the attach check writes through the FUSE file, and where (the LUN's 1 MiB mark).
+WRITTEN = bytes((i * 7 + 3) % 251 for i in range(64 << 10))
+WRITTEN_AT = 1 << 20
+
+
 def main():
     work, config = sys.argv[1], sys.argv[2]
+    backing = os.path.join(work, "var-lib-lanes", "disk0.img")
     serve_command, attach_command = shlex.split(sys.argv[3]), shlex.split(sys.argv[4])
     # The serve unit's SystemCallFilter= value, when given.
     serve_filter = sys.argv[5].split() if len(sys.argv) > 5 and sys.argv[5] else []
@@ -260,14 +266,21 @@ def main():
     print(f"package-check: lanes attach: NBD export {nbd} answers")
     disk = os.path.join(mount, "disk")
     if fuse:
-        with open(disk, "rb") as exported:
-            exported.seek(0, os.SEEK_END)
-            size = exported.tell()
-            exported.seek(0)
-            first = exported.read(4096)
-        if size != 1 << 30 or len(first) != 4096:
-            fail(f"the FUSE file {disk} is {size} bytes, read {len(first)}", attach.logs())
-        print(f"package-check: lanes attach: FUSE file {disk} is 1 GiB and reads")
+        # A write, flushed (SYNCHRONIZE CACHE on the target), read back: the target's write
+        # path runs under the unit's system call filter too.
+        with open(disk, "r+b", buffering=0) as exported:
+            size = exported.seek(0, os.SEEK_END)
+            exported.seek(WRITTEN_AT)
+            exported.write(WRITTEN)
+            os.fsync(exported.fileno())
+            exported.seek(WRITTEN_AT)
+            back = exported.read(len(WRITTEN))
+        if size != 1 << 30 or back != WRITTEN:
+            fail(f"the FUSE file {disk} is {size} bytes, wrote and read back "
+                 f"{len(back)} bytes that {'differ' if back != WRITTEN else 'match'}",
+                 attach.logs())
+        print(f"package-check: lanes attach: FUSE file {disk} is 1 GiB; 64 KiB written, "
+              "flushed and read back")
     else:
         print("package-check: lanes attach: no /dev/fuse here, FUSE export not checked")
     attach.stop()
@@ -275,6 +288,12 @@ def main():
         fail(f"{disk} is still mounted after lanes attach stopped", attach.logs())
 
     serve.stop()
+    if fuse:
+        with open(backing, "rb") as lun:
+            lun.seek(WRITTEN_AT)
+            if lun.read(len(WRITTEN)) != WRITTEN:
+                fail(f"the write through the FUSE file is not in {backing}")
+        print(f"package-check: the write is in the backing file {backing}")
 
 
 if __name__ == "__main__":
