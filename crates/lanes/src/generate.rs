@@ -1,4 +1,4 @@
-//! `lanes generate` (hidden): man pages and shell completions written from the clap definition
+//! `lanes generate` (for packaging, not in the CLI's help): man pages and shell completions written from the clap definition
 //! of the CLI itself, so the packaged documentation never drifts from the flags.
 //!
 //! `lanes generate man DIR` writes `lanes.1` and one page per subcommand (`lanes-serve.1`,
@@ -8,10 +8,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand};
+use clap::{Parser, Subcommand};
 use clap_complete::Shell;
 
-#[derive(Debug, Args)]
+// Parsed apart from the CLI (main sees `generate` first), so neither the pages nor the
+// completions list it: clap_complete would list even a hidden subcommand.
+/// Write man pages or shell completions (for packaging).
+#[derive(Debug, Parser)]
+#[command(name = "lanes generate", bin_name = "lanes generate")]
 pub struct GenerateArgs {
     #[command(subcommand)]
     what: Generated,

@@ -1,5 +1,5 @@
 //! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `lab`,
-//! `attach`, `bench`, `doctor`, and the hidden `generate` (man pages, completions).
+//! `attach`, `bench`, `doctor`; and `generate` (man pages, completions) for packaging.
 
 mod attach;
 mod banner;
@@ -47,9 +47,6 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Check a target's portals and paths; print the host configuration that works.
     Doctor(doctor::DoctorArgs),
-    /// Write man pages or shell completions (for packaging).
-    #[command(hide = true)]
-    Generate(generate::GenerateArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -87,6 +84,14 @@ fn tune_allocator() {}
 
 fn main() -> std::process::ExitCode {
     tune_allocator();
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == "generate") {
+        // Packaging only: outside `Cli`, so the generated pages and completions omit it.
+        return report(generate::run(
+            generate::GenerateArgs::parse_from(std::env::args_os().skip(1)),
+            Cli::command(),
+        ));
+    }
     let cli = Cli::parse();
     init_logging(cli.log_format);
     report(run(cli.command))
@@ -119,7 +124,6 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
-            Command::Generate(args) => generate::run(args, Cli::command()),
         }
     })
 }

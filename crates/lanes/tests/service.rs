@@ -228,5 +228,9 @@ fn generate_writes_man_pages_and_completions() {
         let text = std::fs::read_to_string(dir.path().join("completions").join(file))
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(text.contains("serve"), "{file} completes subcommands");
+        assert!(
+            !text.contains("generate"),
+            "{file} offers the packaging command"
+        );
     }
 }
