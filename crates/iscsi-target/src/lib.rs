@@ -61,9 +61,13 @@ pub enum Error {
 /// Runs the target until SIGINT or SIGTERM. `ready` receives the bound portals and LUN
 /// identities once the server accepts connections.
 pub async fn serve(config: ServeConfig, ready: oneshot::Sender<ServeInfo>) -> Result<(), Error> {
+    // Handlers first: a signal that arrives as soon as `ready` is announced (a service manager
+    // reloading or stopping a just-started unit) must find them installed, not take its
+    // default action (SIGHUP and SIGTERM would end the process without draining).
+    let signals = ShutdownSignals::install();
     let handle = start(config).await?;
     let _ = ready.send(handle.info.clone());
-    shutdown_signal().await;
+    signals.wait().await;
     info!("shutting down");
     handle.stop().await;
     Ok(())
@@ -172,17 +176,51 @@ async fn accept_loop(server: Arc<server::Server>, portal: Portal, listener: TcpL
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// The signals `serve` handles, installed before the server announces that it is ready.
+struct ShutdownSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn install() -> ShutdownSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                error!("cannot handle {name}: {e}");
+                None
+            }
+        };
+        ShutdownSignals {
+            interrupt: install(SignalKind::interrupt(), "SIGINT"),
+            terminate: install(SignalKind::terminate(), "SIGTERM"),
+            // SIGHUP's default action ends the process; `systemctl reload` sends it
+            // (ExecReload), and a reload must never take the target down. Until live reload
+            // exists it is logged and ignored.
+            hangup: install(SignalKind::hangup(), "SIGHUP"),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    }
+
+    /// Returns on SIGINT or SIGTERM; logs and ignores SIGHUP.
+    async fn wait(mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+            signal.as_mut()?.recv().await
+        }
+        loop {
+            tokio::select! {
+                Some(()) = next(&mut self.interrupt) => return,
+                Some(()) = next(&mut self.terminate) => return,
+                Some(()) = next(&mut self.hangup) => {
+                    tracing::warn!(
+                        "SIGHUP: live reload is not supported by this version; ignored"
+                    );
+                }
+                // None could be installed: SIGINT and SIGTERM keep their default action and
+                // end the process.
+                else => std::future::pending::<()>().await,
+            }
+        }
     }
 }

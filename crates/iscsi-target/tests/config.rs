@@ -335,6 +335,24 @@ fn error_missing_lun() {
 }
 
 #[test]
+fn a_target_without_a_name_takes_the_hosts() {
+    let config = parse("[[target]]\n[[target.lun]]\npath = \"disk0.img\"\nsize = \"1G\"\n")
+        .expect("a target without a name");
+    let name = lanes_iscsi_target::config::default_target_name();
+    assert_eq!(config.targets[0].name, name);
+    // Two such targets would have the same name: the second is refused.
+    let err = parse(
+        "[[target]]\n[[target.lun]]\npath = \"a\"\n[[target]]\n[[target.lun]]\npath = \"b\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("target[1].name") && err.contains("duplicate"),
+        "{err}"
+    );
+}
+
+#[test]
 fn error_secret_file_missing() {
     assert_error(
         "secret = \"twelve bytes!\"",

@@ -1,14 +1,17 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `lab`,
+//! `attach`, `bench`, `doctor`; and `generate` (man pages, completions) for packaging.
 
 mod attach;
 mod banner;
 mod bench;
 mod doctor;
+mod generate;
 mod lab;
+mod notify;
 mod serve;
 mod status;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 /// Multipath network storage: an iSCSI target that exports volumes on every NIC at once.
 #[derive(Debug, Parser)]
@@ -81,9 +84,21 @@ fn tune_allocator() {}
 
 fn main() -> std::process::ExitCode {
     tune_allocator();
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == "generate") {
+        // Packaging only: outside `Cli`, so the generated pages and completions omit it.
+        return report(generate::run(
+            generate::GenerateArgs::parse_from(std::env::args_os().skip(1)),
+            Cli::command(),
+        ));
+    }
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    match run(cli.command) {
+    report(run(cli.command))
+}
+
+fn report(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One clear line (with its causes), never a backtrace: this is for the operator.

@@ -1,5 +1,5 @@
 //! `lanes serve`: flags -> validated [`ServeConfig`] -> backing files -> the target driver, and
-//! the banner once every portal is listening.
+//! the banner and the service manager's READY=1 once every portal is listening.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use clap::Args;
 use lanes_iscsi_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
 
 use crate::banner::{Banner, BannerLun, BannerTarget};
+use crate::notify;
 
 /// Without --config: one target iqn.2026-11.io.lanes:<hostname>, LUN 0 = <data-dir>/disk0.img
 /// (1 GiB, sparse, created if missing), portal group 1 on 0.0.0.0:3260.
@@ -67,25 +68,89 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServeConfig::from_cli(&args.overrides())?;
     config
         .prepare_storage()
-        .context("preparing backing files")?;
+        .context("preparing backing files")
+        .map_err(|e| explain_read_only(e, &config, under_systemd()))?;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_iscsi_target::ServeInfo>();
     let banner_config = config.clone();
+    let storage_config = config.clone();
     let printer = tokio::spawn(async move {
         if let Ok(info) = ready_rx.await {
             let info = ReadyInfo {
                 portals: info.portals,
                 targets: info.targets,
             };
+            let portals = info.portals.len();
             print!("{}", banner_from(&banner_config, info).render());
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
+            notify::notify_or_log(&format!(
+                "READY=1\nSTATUS=serving on {portals} portal(s)\nMAINPID={}",
+                std::process::id()
+            ));
         }
     });
-    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
+    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes. This
+    // task only tells the service manager that the stop has begun.
+    let stop = notify::stop_signal();
+    let stopping = tokio::spawn(async {
+        match stop {
+            Ok(stop) => {
+                stop.await;
+                notify::notify_or_log("STOPPING=1\nSTATUS=draining and flushing");
+            }
+            Err(e) => tracing::warn!("cannot watch SIGINT/SIGTERM to report STOPPING=1: {e}"),
+        }
+    });
     let result = lanes_iscsi_target::serve(config, ready_tx).await;
     printer.abort();
-    result?;
+    stopping.abort();
+    result.map_err(|e| explain_read_only(e.into(), &storage_config, under_systemd()))?;
     Ok(())
+}
+
+/// Whether a service manager started us (systemd sets `$INVOCATION_ID` for every unit).
+fn under_systemd() -> bool {
+    std::env::var_os("INVOCATION_ID").is_some()
+}
+
+/// Under systemd, a read-only file system is the unit's `ProtectSystem=strict`, which leaves
+/// only /var/lib/lanes writable: the error then names the directories a `ReadWritePaths=`
+/// drop-in must add.
+fn explain_read_only(
+    error: anyhow::Error,
+    config: &ServeConfig,
+    under_systemd: bool,
+) -> anyhow::Error {
+    let read_only = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            == Some(libc::EROFS)
+    });
+    if !read_only || !under_systemd {
+        return error;
+    }
+    let writable = std::path::Path::new("/var/lib/lanes");
+    let mut directories: Vec<PathBuf> = std::iter::once(config.data_dir.clone())
+        .chain(config.targets.iter().flat_map(|target| {
+            target
+                .luns
+                .iter()
+                .filter_map(|lun| lun.path.parent().map(PathBuf::from))
+        }))
+        .filter(|dir| !dir.starts_with(writable) && !dir.starts_with("/dev"))
+        .collect();
+    directories.sort();
+    directories.dedup();
+    let list = directories
+        .iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    anyhow::anyhow!(
+        "{error:#}; lanes.service may write only below /var/lib/lanes (ProtectSystem=strict): \
+         `systemctl edit lanes`, then add [Service] ReadWritePaths={list}"
+    )
 }
 
 /// What the driver reports once it listens: bound portals (wildcards expanded) and LUN WWIDs.
@@ -139,5 +204,46 @@ fn banner_from(config: &ServeConfig, info: ReadyInfo) -> Banner {
         targets,
         status_socket: config.status_socket_path().display().to_string(),
         metrics: config.metrics_addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes_iscsi_target::config::LunConfig;
+
+    #[test]
+    fn read_only_storage_under_systemd_names_the_directories() {
+        let mut config = ServeConfig::from_cli(&CliOverrides {
+            data_dir: Some("/var/lib/lanes".into()),
+            ..CliOverrides::default()
+        })
+        .unwrap();
+        let target = &mut config.targets[0];
+        target
+            .luns
+            .push(LunConfig::new(1, "/srv/lanes/a.img".into()));
+        target
+            .luns
+            .push(LunConfig::new(2, "/srv/lanes/b.img".into()));
+        target.luns.push(LunConfig::new(3, "/dev/sdb".into()));
+        let read_only = || {
+            anyhow::Error::new(std::io::Error::from_raw_os_error(libc::EROFS))
+                .context("preparing backing files")
+        };
+        let explained = explain_read_only(read_only(), &config, true).to_string();
+        assert!(
+            explained.starts_with("preparing backing files: Read-only file system"),
+            "{explained}"
+        );
+        assert!(
+            explained.ends_with("add [Service] ReadWritePaths=/srv/lanes"),
+            "{explained}"
+        );
+        // Outside systemd, or for another error, the error stays as it is.
+        let plain = explain_read_only(read_only(), &config, false);
+        assert_eq!(format!("{plain:#}"), format!("{:#}", read_only()));
+        let other = anyhow::Error::new(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(!format!("{:#}", explain_read_only(other, &config, true)).contains("ReadWrite"));
     }
 }

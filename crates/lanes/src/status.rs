@@ -16,7 +16,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Status socket of the running server [default: $LANES_SOCKET or ./lanes-data/lanes.sock].
+    /// Status socket of the running server [default: $LANES_SOCKET, else
+    /// ./lanes-data/lanes.sock, else the packaged service's /var/lib/lanes/lanes.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Print the raw JSON reply.
@@ -30,7 +31,19 @@ pub struct StatusArgs {
 fn socket_path(socket: Option<PathBuf>) -> PathBuf {
     socket
         .or_else(|| std::env::var_os("LANES_SOCKET").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("lanes-data/lanes.sock"))
+        .unwrap_or_else(|| default_socket(|path| path.exists()))
+}
+
+/// The socket of a `lanes serve` started in this directory, else that of the packaged service
+/// (lanes.service, data in /var/lib/lanes); the first when neither exists, for the error.
+fn default_socket(exists: impl Fn(&std::path::Path) -> bool) -> PathBuf {
+    let local = PathBuf::from("lanes-data/lanes.sock");
+    let service = PathBuf::from("/var/lib/lanes/lanes.sock");
+    if !exists(&local) && exists(&service) {
+        service
+    } else {
+        local
+    }
 }
 
 /// Sends one JSON request line to a running server and returns its JSON reply.
@@ -80,7 +93,8 @@ pub struct AluaArgs {
     /// New state.
     #[arg(long, value_parser = ["active-optimized", "active-non-optimized", "standby", "unavailable", "transitioning"])]
     state: String,
-    /// Status socket of the running server [default: $LANES_SOCKET or ./lanes-data/lanes.sock].
+    /// Status socket of the running server [default: $LANES_SOCKET, else
+    /// ./lanes-data/lanes.sock, else the packaged service's /var/lib/lanes/lanes.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
 }
@@ -279,6 +293,15 @@ pub fn render(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_socket_prefers_the_local_server_then_the_service() {
+        let local = PathBuf::from("lanes-data/lanes.sock");
+        let service = PathBuf::from("/var/lib/lanes/lanes.sock");
+        assert_eq!(default_socket(|_| true), local);
+        assert_eq!(default_socket(|p| p == service.as_path()), service);
+        assert_eq!(default_socket(|_| false), local);
+    }
 
     #[test]
     fn renders_sessions_and_connections() {

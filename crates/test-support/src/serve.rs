@@ -27,6 +27,7 @@ pub struct ServeCommand {
     args: Vec<OsString>,
     log: &'static str,
     inherit_stderr: bool,
+    envs: Vec<(OsString, OsString)>,
 }
 
 /// A running `lanes serve` and what its banner said.
@@ -54,6 +55,7 @@ impl ServeCommand {
             args: vec!["serve".into()],
             log: "warn",
             inherit_stderr: false,
+            envs: Vec::new(),
         }
     }
 
@@ -96,6 +98,12 @@ impl ServeCommand {
         self
     }
 
+    /// An environment variable for the child (e.g. NOTIFY_SOCKET).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.envs.push((key.into(), value.into()));
+        self
+    }
+
     /// RUST_LOG for the child (default `warn`).
     pub fn log_level(mut self, level: &'static str) -> Self {
         self.log = level;
@@ -113,6 +121,7 @@ impl ServeCommand {
             None => Command::new(&self.bin),
         };
         cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", self.log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

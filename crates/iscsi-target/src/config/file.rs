@@ -22,7 +22,8 @@
 //! alua = "active-optimized"      # active-non-optimized | standby | unavailable | transitioning
 //!
 //! [[target]]
-//! name = "iqn.2026-11.io.lanes:store"    # required; iqn./eui./naa. name
+//! name = "iqn.2026-11.io.lanes:store"    # iqn./eui./naa. name; default (one target only):
+//!                                        # iqn.2026-11.io.lanes:<hostname>, as without a file
 //! alias = "store"
 //! portal-groups = [1, 2]         # default: every portal group
 //! acl = ["iqn.2005-03.org.open-iscsi:host1", "10.0.0.0/24", "fd00::/64"]  # default: everyone
@@ -102,7 +103,7 @@ struct RawPortalGroup {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawTarget {
-    name: Spanned<String>,
+    name: Option<Spanned<String>>,
     alias: Option<String>,
     portal_groups: Option<Spanned<Vec<Spanned<i64>>>>,
     #[serde(default)]
@@ -230,8 +231,13 @@ impl Resolver<'_> {
         let mut names = HashSet::new();
         for (index, target) in raw.target.into_iter().enumerate() {
             let key = format!("target[{index}]");
-            let span = target.get_ref().name.span();
-            let target = self.resolve_target(target.into_inner(), &key, &config.portal_groups)?;
+            let span = target
+                .get_ref()
+                .name
+                .as_ref()
+                .map_or(target.span(), Spanned::span);
+            let target =
+                self.resolve_target(target.into_inner(), &key, &config.portal_groups, &span)?;
             if !names.insert(target.name.clone()) {
                 return Err(self.error(
                     span,
@@ -428,13 +434,17 @@ impl Resolver<'_> {
         raw: RawTarget,
         key: &str,
         groups: &[PortalGroupConfig],
+        name_span: &Range<usize>,
     ) -> Result<TargetConfig, ConfigError> {
-        super::validate_iscsi_name(raw.name.get_ref())
-            .map_err(|reason| self.error(raw.name.span(), format!("{key}.name"), reason))?;
-        let mut target = TargetConfig::with_defaults(
-            raw.name.get_ref().clone(),
-            groups.iter().map(|g| g.tag).collect(),
-        );
+        // Without a name, the host's: a packaged file can then serve on many hosts without two
+        // of them reporting the same LUN identifiers.
+        let name = raw
+            .name
+            .as_ref()
+            .map_or_else(super::cli::default_target_name, |n| n.get_ref().clone());
+        super::validate_iscsi_name(&name)
+            .map_err(|reason| self.error(name_span.clone(), format!("{key}.name"), reason))?;
+        let mut target = TargetConfig::with_defaults(name, groups.iter().map(|g| g.tag).collect());
         target.alias = raw.alias;
         if let Some(tags) = &raw.portal_groups {
             if !tags.get_ref().is_empty() {
@@ -513,7 +523,7 @@ impl Resolver<'_> {
                 .first_burst_length
                 .as_ref()
                 .or(raw.max_burst_length.as_ref())
-                .map_or(raw.name.span(), Spanned::span);
+                .map_or(name_span.clone(), Spanned::span);
             return Err(self.error(
                 span,
                 format!("{key}.first-burst-length"),

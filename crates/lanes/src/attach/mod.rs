@@ -207,6 +207,8 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Before READY=1: a stop right after it must find the handlers in place.
+    let stop = crate::notify::stop_signal()?;
     let st = mp.status();
     println!(
         "attached {} ({} bytes, {}-byte blocks) over {} path(s), policy {}; status: {}",
@@ -217,7 +219,14 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
         st.policy,
         socket.display()
     );
-    wait_for_signal().await?;
+    crate::notify::notify_or_log(&format!(
+        "READY=1\nSTATUS=attached {} over {} path(s)\nMAINPID={}",
+        st.lun_id,
+        st.paths.len(),
+        std::process::id()
+    ));
+    stop.await;
+    crate::notify::notify_or_log("STOPPING=1\nSTATUS=draining, flushing, logging out");
     info!("stopping: draining I/O, flushing, logging out");
     if let Some(export) = fuse {
         let unmounted = tokio::task::spawn_blocking(move || export.unmount()).await;
@@ -229,15 +238,5 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<()> {
     while tasks.join_next().await.is_some() {}
     mp.detach(Duration::from_secs(30)).await?;
     let _ = std::fs::remove_file(&socket);
-    Ok(())
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
     Ok(())
 }
