@@ -7,8 +7,8 @@
 # stops cleanly on SIGTERM, and lanes attach of its LUN (FUSE and NBD exports, with the attach
 # unit's capabilities) does the same.
 #
-# Needs: dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff (groff-base), python3;
-# lintian too, when installed.
+# Needs root, /dev/fuse, dpkg-deb (dpkg), systemd-analyze (systemd), man (man-db), groff
+# (groff-base), python3, lintian and setpriv (util-linux); scripts/test.sh installs them.
 # Never installs the package and never starts a unit: it works where PID 1 is not systemd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ fail() {
 }
 ok() { echo "package-check: $*"; }
 
-for tool in dpkg-deb systemd-analyze man groff python3; do
+for tool in dpkg-deb systemd-analyze man groff python3 lintian setpriv; do
     command -v "$tool" >/dev/null || fail "$tool is missing (packages: dpkg systemd man-db groff-base python3)"
 done
 
@@ -59,14 +59,10 @@ conffiles=$(dpkg-deb -I "$deb" conffiles)
 grep -qxF /etc/lanes/lanes.toml <<<"$conffiles" || fail "conffiles lacks /etc/lanes/lanes.toml: $conffiles"
 ok "dpkg-deb -f: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $(dpkg-deb -f "$deb" Architecture), Depends: $(dpkg-deb -f "$deb" Depends); conffiles: $conffiles"
 
-# Debian policy, when lintian is installed (package lintian): no error and no warning.
-if command -v lintian >/dev/null; then
-    findings=$(lintian --allow-root "$deb" 2>&1) || fail "lintian: $findings"
-    [ -z "$findings" ] || fail "lintian: $findings"
-    ok "lintian: no errors, no warnings"
-else
-    ok "lintian is not installed: policy check skipped"
-fi
+# Debian policy (lintian): no error and no warning.
+findings=$(lintian --allow-root "$deb" 2>&1) || fail "lintian: $findings"
+[ -z "$findings" ] || fail "lintian: $findings"
+ok "lintian: no errors, no warnings"
 
 # Maintainer scripts: they must at least parse (they cannot run here: PID 1 is not systemd).
 dpkg-deb -e "$deb" "$work/control"
@@ -132,12 +128,11 @@ grep -qF '"127.0.0.1:0"' "$config" || fail "the packaged config has no 0.0.0.0:3
 # ProtectSystem= and friends, MemoryDenyWriteExecute, RestrictAddressFamilies.
 serve_command=$(printf '%q' "$lanes")
 attach_command=$serve_command
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
-    serve_command="setpriv --no-new-privs --bounding-set -all,+net_bind_service --inh-caps -all $serve_command"
-    attach_command="setpriv --no-new-privs --bounding-set -all,+sys_admin,+net_raw,+dac_override --inh-caps -all $attach_command"
-    ok "lanes serve runs under: umask 0077, ${serve_command% *}"
-    ok "lanes attach runs under: ${attach_command% *}"
-fi
+[ "$(id -u)" = 0 ] || fail "run as root: the units' capability sets are reproduced with setpriv"
+serve_command="setpriv --no-new-privs --bounding-set -all,+net_bind_service --inh-caps -all $serve_command"
+attach_command="setpriv --no-new-privs --bounding-set -all,+sys_admin,+net_raw,+dac_override --inh-caps -all $attach_command"
+ok "lanes serve runs under: umask 0077, ${serve_command% *}"
+ok "lanes attach runs under: ${attach_command% *}"
 # lanes serve also runs under the unit's own system call filter (libseccomp, from the unit file).
 serve_filter=$(sed -n 's/^SystemCallFilter=//p' "$root/lib/systemd/system/lanes.service")
 (umask 0077 && python3 scripts/package_serve_check.py "$work" "$config" "$serve_command" \

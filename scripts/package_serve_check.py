@@ -241,6 +241,8 @@ def main():
     os.makedirs(mount, exist_ok=True)
     # FUSE needs /dev/fuse; without it the check exports NBD only.
     fuse = os.path.exists("/dev/fuse")
+    if not fuse:
+        raise SystemExit("package-check: no /dev/fuse: the attach unit's FUSE export cannot be checked")
     attach = Watched(
         "lanes attach",
         [

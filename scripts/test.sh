@@ -109,6 +109,10 @@ fi
 step "README quick start (scripts/readme-check.sh)"
 scripts/readme-check.sh
 
+# --- the Debian package and its units ------------------------------------------------------------
+step "Debian package (scripts/package-check.sh)"
+scripts/package-check.sh
+
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
 step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations)"
 vm/tests/seed-000

@@ -84,6 +84,8 @@ fn called() -> BTreeSet<String> {
         "scripts/test.sh",
         "scripts/interop.sh",
         "scripts/readme-check.sh",
+        "scripts/package-check.sh",
+        "scripts/build-deb.sh",
     ] {
         let text = std::fs::read_to_string(repo().join(script)).unwrap();
         for line in text.lines().map(str::trim) {
