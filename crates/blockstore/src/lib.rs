@@ -91,6 +91,13 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::WouldBlock.into())
     }
 
+    /// Grows the device to `size` bytes (extending a file as needed); never shrinks. Ranges
+    /// checked after it returns see the new size. The default cannot grow.
+    fn grow(&self, size: u64) -> std::io::Result<()> {
+        let _ = size;
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
     fn holes_read_zero(&self) -> bool {
         true
     }

@@ -9,6 +9,9 @@ use crate::{put_truncated, Nexus, ScsiOutcome, ScsiRequest};
 use bytes::BytesMut;
 use std::sync::Arc;
 
+/// REPORTED LUNS DATA HAS CHANGED (SPC-4 6.37): raised when the LUN inventory changes.
+pub const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3F, 0x0E);
+
 /// All LUs of a target, by LUN.
 #[derive(Clone, Default)]
 pub struct LunMap {
@@ -39,6 +42,41 @@ impl LunMap {
         Self { luns }
     }
 
+    /// A new map: this one without `removed`, plus `added` (replacing LUs of the same
+    /// number). Nothing is raised; see [`LunMap::inventory_changed`].
+    pub fn with_changes(&self, removed: &[u64], added: Vec<(u64, Arc<LogicalUnit>)>) -> LunMap {
+        let mut luns: Vec<_> = self
+            .luns
+            .iter()
+            .filter(|(l, _)| !removed.contains(l) && !added.iter().any(|(a, _)| a == l))
+            .cloned()
+            .collect();
+        luns.extend(added);
+        LunMap::new(luns)
+    }
+
+    /// After the LUN inventory changed: every nexus gets REPORTED LUNS DATA HAS CHANGED on
+    /// every LU it already knew, and the `added` LUs learn the `nexuses` logged in before them
+    /// with the same condition. A nexus is told once: reporting it on one LU clears it on the
+    /// others ([`LunMap::execute`]).
+    pub fn inventory_changed<'a>(
+        &self,
+        added: &[u64],
+        nexuses: impl IntoIterator<Item = &'a Nexus>,
+    ) {
+        let (asc, ascq) = REPORTED_LUNS_CHANGED;
+        for (lun, lu) in &self.luns {
+            if !added.contains(lun) {
+                lu.raise_unit_attention(asc, ascq);
+            }
+        }
+        for n in nexuses {
+            for (_, lu) in self.luns.iter().filter(|(l, _)| added.contains(l)) {
+                lu.nexus_joined(n, REPORTED_LUNS_CHANGED);
+            }
+        }
+    }
+
     /// The LU at `lun`.
     pub fn get(&self, lun: u64) -> Option<&Arc<LogicalUnit>> {
         self.luns.iter().find(|(l, _)| *l == lun).map(|(_, lu)| lu)
@@ -65,7 +103,13 @@ impl LunMap {
             return self.report_luns(req, data_in);
         }
         if let Some(lu) = self.get(req.lun) {
-            return lu.execute(req, data_in);
+            let outcome = lu.execute(req, data_in);
+            if let Some(s) = &outcome.sense {
+                if (s.key, s.asc, s.ascq) == (crate::sense::key::UNIT_ATTENTION, 0x3F, 0x0E) {
+                    self.reported_luns_change_seen(req.nexus, req.lun);
+                }
+            }
+            return outcome;
         }
         match crate::decode_cdb(req.cdb) {
             Ok(crate::Command::Inquiry { evpd, alloc, .. }) => {
@@ -82,6 +126,15 @@ impl LunMap {
                 ScsiOutcome::good()
             }
             _ => ScsiOutcome::check(Sense::lun_not_supported()),
+        }
+    }
+
+    /// The nexus has been told the inventory changed (through `seen_on`): the other LUs no
+    /// longer hold that condition for it, so it is reported once per I_T nexus.
+    fn reported_luns_change_seen(&self, n: &Nexus, seen_on: u64) {
+        let (asc, ascq) = REPORTED_LUNS_CHANGED;
+        for (_, lu) in self.luns.iter().filter(|(l, _)| *l != seen_on) {
+            lu.clear_unit_attention(n.id, asc, ascq);
         }
     }
 
