@@ -51,17 +51,23 @@ impl LoginPolicy for ConnectionPolicy {
         if !target.on_portal_group(self.portal.tpgt) {
             return Err(LoginRefusal::NotFound);
         }
-        if !AclRule::allows(&target.config.acl, initiator_name, self.peer.ip()) {
+        let config = target.config();
+        if !AclRule::allows(&config.acl, initiator_name, self.peer.ip()) {
             return Err(LoginRefusal::AuthorizationFailure);
         }
-        Ok(target.config.chap.as_ref().map(credentials))
+        Ok(config.chap.as_ref().map(credentials))
     }
 
     fn discovery_auth(
         &mut self,
         _initiator_name: &str,
     ) -> Result<Option<ChapCredentials>, LoginRefusal> {
-        Ok(self.server.config.discovery_auth.as_ref().map(credentials))
+        Ok(self
+            .server
+            .config()
+            .discovery_auth
+            .as_ref()
+            .map(credentials))
     }
 
     fn admit(&mut self, login: &LoginOutcome) -> Result<u16, LoginRefusal> {
@@ -82,7 +88,7 @@ impl LoginPolicy for ConnectionPolicy {
         };
         let initiator = login.session.initiator_name.as_str();
         let mut table = self.server.sessions.lock();
-        let target_name = target.as_ref().map(|t| t.config.name.as_str());
+        let target_name = target.as_ref().map(|t| t.name.as_str());
         // RFC 7143 6.3.5: a leading login with an ISID in use reinstates that session.
         if let Some(old) = table.find(initiator, login.isid, target_name) {
             table.by_tsih.remove(&old.tsih);
@@ -90,7 +96,7 @@ impl LoginPolicy for ConnectionPolicy {
             self.reinstated = Some(old);
         }
         if let Some(t) = &target {
-            if !t.config.allow_multiple_sessions {
+            if !t.config().allow_multiple_sessions {
                 let other = table.by_tsih.values().any(|s| {
                     &*s.initiator_name == initiator
                         && s.target.as_ref().is_some_and(|x| Arc::ptr_eq(x, t))
@@ -119,7 +125,9 @@ impl LoginPolicy for ConnectionPolicy {
             self.cmd_sn,
         ));
         if let Some(t) = &session.target {
-            t.luns.nexus_added(&session.nexus);
+            // Under the session table lock: a reload adding a LUN sees this session, or this
+            // login sees the reloaded LUN map.
+            t.luns.load().nexus_added(&session.nexus);
         }
         table.by_tsih.insert(tsih, session.clone());
         self.session = Some(session);

@@ -69,7 +69,7 @@ fn snapshot(server: &Server) -> StatusView {
                 target: s
                     .target
                     .as_ref()
-                    .map(|t| t.config.name.clone())
+                    .map(|t| t.name.clone())
                     .unwrap_or_else(|| "(discovery)".into()),
                 tpgt: s.tpgt,
                 connections: s
@@ -120,7 +120,7 @@ fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
     let mut changed = Vec::new();
     for t in &server.targets {
         if t.on_portal_group(group) && t.tpgs.set_state(group, state) {
-            changed.push(t.config.name.clone());
+            changed.push(t.name.clone());
         }
     }
     if changed.is_empty() {
@@ -128,6 +128,21 @@ fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
     }
     info!(group, ?state, targets = ?changed, "ALUA state changed");
     serde_json::json!({"ok": true, "group": group, "targets": changed})
+}
+
+/// `{"cmd":"reload"}`: `{"ok":true,"file","changes":[...],"sessions_ended",
+/// "connections_ended"}`, or `{"error": "..."}` (and then nothing changed).
+fn reload_reply(result: Result<crate::ReloadReport, crate::ReloadError>) -> serde_json::Value {
+    match result {
+        Ok(report) => serde_json::json!({
+            "ok": true,
+            "file": report.file.display().to_string(),
+            "changes": report.changes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "sessions_ended": report.sessions_ended,
+            "connections_ended": report.connections_ended,
+        }),
+        Err(e) => serde_json::json!({"error": e.to_string(), "key": e.key()}),
+    }
 }
 
 /// Prometheus text exposition of the same counters.
@@ -167,7 +182,8 @@ fn metrics_text(server: &Server) -> String {
 /// Starts the status socket and, if configured, the metrics endpoint.
 pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
     let mut tasks = Vec::new();
-    let path = server.config.status_socket_path();
+    let config = server.config();
+    let path = config.status_socket_path();
     let status_err = |source| Error::Status {
         path: path.display().to_string(),
         source,
@@ -194,10 +210,15 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
                 if rd.read_line(&mut line).await.is_err() {
                     return;
                 }
-                let reply = match serde_json::from_str::<serde_json::Value>(&line) {
-                    Ok(req) if req.get("cmd").and_then(|c| c.as_str()) == Some("alua") => {
-                        set_alua(&s, &req).to_string()
-                    }
+                let req = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
+                let reply = match req.get("cmd").and_then(|c| c.as_str()) {
+                    Some("alua") => set_alua(&s, &req).to_string(),
+                    Some("reload") => reload_reply(crate::reload::reload(&s).await).to_string(),
+                    Some("config") => serde_json::json!({
+                        "toml": s.config().to_toml(),
+                        "file": s.source.file().map(|f| f.display().to_string()),
+                    })
+                    .to_string(),
                     _ => serde_json::to_string(&snapshot(&s)).unwrap_or_default(),
                 };
                 let _ = wr.write_all(reply.as_bytes()).await;
@@ -205,7 +226,7 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
             });
         }
     }));
-    if let Some(addr) = server.config.metrics_addr {
+    if let Some(addr) = config.metrics_addr {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Bind { addr, source })?;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use lanes_iscsi_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
+use lanes_iscsi_target::ConfigSource;
 
 use crate::banner::{Banner, BannerLun, BannerTarget};
 
@@ -50,7 +51,7 @@ fn parse_metrics_arg(text: &str) -> Result<SocketAddr, String> {
 }
 
 impl ServeArgs {
-    fn overrides(self) -> CliOverrides {
+    pub fn overrides(self) -> CliOverrides {
         CliOverrides {
             config: self.config,
             portals: self.portals,
@@ -64,7 +65,10 @@ impl ServeArgs {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = ServeConfig::from_cli(&args.overrides())?;
+    let overrides = args.overrides();
+    let config = ServeConfig::from_cli(&overrides)?;
+    // A reload (SIGHUP, `lanes reload`) re-reads --config and applies the same flags again.
+    let source = ConfigSource::from_cli(&overrides);
     config
         .prepare_storage()
         .context("preparing backing files")?;
@@ -82,7 +86,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     });
     // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
-    let result = lanes_iscsi_target::serve(config, ready_tx).await;
+    let result = lanes_iscsi_target::serve(config, source, ready_tx).await;
     printer.abort();
     result?;
     Ok(())

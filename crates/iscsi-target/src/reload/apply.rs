@@ -1,0 +1,302 @@
+//! Applying a reload: `prepare` opens and binds everything the new configuration needs
+//! without changing what runs (and fails with the key at fault); `commit` then switches over
+//! and cannot fail.
+
+use super::{Change, ReloadReport};
+use crate::config::{AclRule, ServeConfig};
+use crate::listen;
+use crate::server::{Portal, Server};
+use crate::target::{alua_state, build_lu};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tracing::{error, info};
+
+/// What `prepare` opened: new logical units and bound listeners, not yet in use.
+pub(super) struct Prepared {
+    luns: Vec<(String, u64, Arc<scsi::LogicalUnit>)>,
+    listeners: Vec<(SocketAddr, Portal, TcpListener)>,
+}
+
+/// `target[i].lun[j]` of LUN `lun` of `target` in `config`.
+fn lun_key(config: &ServeConfig, target: &str, lun: u64) -> String {
+    let t = config.targets.iter().position(|t| t.name == target);
+    let l = t.and_then(|t| {
+        config
+            .targets
+            .get(t)?
+            .luns
+            .iter()
+            .position(|l| l.lun == lun)
+    });
+    match (t, l) {
+        (Some(t), Some(l)) => format!("target[{t}].lun[{l}]"),
+        _ => "target".into(),
+    }
+}
+
+fn portal_key(config: &ServeConfig, group: u16, addr: SocketAddr) -> String {
+    let g = config.portal_groups.iter().position(|g| g.tag == group);
+    let p = g.and_then(|g| {
+        config
+            .portal_groups
+            .get(g)?
+            .portals
+            .iter()
+            .position(|a| *a == addr)
+    });
+    match (g, p) {
+        (Some(g), Some(p)) => format!("portal-group[{g}].portals[{p}]"),
+        _ => "portal-group".into(),
+    }
+}
+
+/// Opens the backing files of added LUNs, extends those of grown LUNs, binds added portals.
+/// An error is `(key, message)`; what was opened is dropped again.
+pub(super) async fn prepare(
+    server: &Server,
+    new: &ServeConfig,
+    changes: &[Change],
+) -> Result<Prepared, (String, String)> {
+    let mut prepared = Prepared {
+        luns: Vec::new(),
+        listeners: Vec::new(),
+    };
+    for change in changes {
+        match change {
+            Change::LunAdded { target, lun, .. } | Change::LunGrown { target, lun, .. } => {
+                let key = lun_key(new, target, *lun);
+                let (Some(runtime), Some(config)) = (
+                    server.target(target),
+                    new.target(target)
+                        .and_then(|t| t.luns.iter().find(|l| l.lun == *lun)),
+                ) else {
+                    return Err((key, "not found".into()));
+                };
+                let fail = |e: &dyn std::fmt::Display| (format!("{key}.path"), e.to_string());
+                if let Change::LunGrown { size, .. } = change {
+                    let exported = runtime
+                        .luns
+                        .load()
+                        .get(*lun)
+                        .map_or(0, |lu| lu.block_count() * u64::from(lu.config().block_size));
+                    if *size < exported {
+                        return Err((
+                            format!("{key}.size"),
+                            format!(
+                                "{size} bytes is less than the {exported} bytes LUN {lun} \
+                                 exports; shrinking is refused"
+                            ),
+                        ));
+                    }
+                }
+                // Creates a missing file, extends a short one; refuses to shrink.
+                config.ensure_backing_file().map_err(|e| fail(&e))?;
+                if let Change::LunAdded { .. } = change {
+                    let lu = build_lu(target, config, &runtime.tpgs).map_err(|e| {
+                        let mut text = e.to_string();
+                        let mut source = std::error::Error::source(&e);
+                        while let Some(s) = source {
+                            text.push_str(&format!(": {s}"));
+                            source = s.source();
+                        }
+                        fail(&text)
+                    })?;
+                    prepared.luns.push((target.clone(), *lun, lu));
+                }
+            }
+            Change::PortalAdded { group, addr } => {
+                let (portal, listener) = listen::bind(*group, *addr).await.map_err(|e| {
+                    let reason = std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default();
+                    (
+                        portal_key(new, *group, *addr),
+                        format!("cannot listen on {addr}: {reason}"),
+                    )
+                })?;
+                prepared.listeners.push((*addr, portal, listener));
+            }
+            _ => {}
+        }
+    }
+    Ok(prepared)
+}
+
+/// Switches the server over to `new`. Infallible: everything that could fail was prepared.
+pub(super) fn commit(
+    server: &Arc<Server>,
+    new: ServeConfig,
+    file: PathBuf,
+    changes: Vec<Change>,
+    prepared: Prepared,
+) -> ReloadReport {
+    let mut report = ReloadReport {
+        file,
+        changes: Vec::new(),
+        sessions_ended: 0,
+        connections_ended: 0,
+    };
+    swap_lun_maps(server, &changes, prepared.luns);
+    for change in changes {
+        let keep = match &change {
+            Change::LunGrown { target, lun, size } => grow(server, target, *lun, *size),
+            Change::PortalRemoved { addr, .. } => {
+                report.connections_ended += remove_portal(server, *addr);
+                true
+            }
+            Change::AluaChanged { group, to, .. } => {
+                for t in server.targets.iter().filter(|t| t.on_portal_group(*group)) {
+                    // Each LU raises ASYMMETRIC ACCESS STATE CHANGED on every nexus.
+                    t.tpgs.set_state(*group, alua_state(*to));
+                }
+                true
+            }
+            _ => true,
+        };
+        if keep {
+            report.changes.push(change);
+        }
+    }
+    for t in &server.targets {
+        if let Some(config) = new.target(&t.name) {
+            t.set_config(Arc::new(config.clone()));
+        }
+    }
+    for change in &report.changes {
+        let (target, all) = match change {
+            Change::AclChanged { target } => (target, false),
+            Change::ChapChanged { target } => (target, true),
+            _ => continue,
+        };
+        let Some(t) = server.target(target) else {
+            continue;
+        };
+        let acl = t.config().acl.clone();
+        for session in server.sessions_of(t) {
+            let allowed = !all
+                && session
+                    .connections
+                    .lock()
+                    .iter()
+                    .all(|c| AclRule::allows(&acl, &session.initiator_name, c.peer.ip()));
+            if !allowed {
+                info!(initiator = %session.initiator_name, tsih = session.tsih, target = %t.name,
+                    "session ends: it lost access in the reload");
+                session.close_all();
+                report.sessions_ended += 1;
+            }
+        }
+    }
+    {
+        let mut listeners = server.listeners.lock();
+        for (configured, portal, listener) in prepared.listeners {
+            info!(portal = %portal.addr, tpgt = portal.tpgt, "portal added; listening");
+            listeners.push(listen::spawn(server, configured, portal, listener));
+        }
+    }
+    server.refresh_portals();
+    server.set_config(Arc::new(new));
+    report
+}
+
+/// Installs each target's new LUN map and raises REPORTED LUNS DATA HAS CHANGED. Done under
+/// the session table lock, which logins hold while registering with the LUs, so every
+/// session is either registered with the new LUs here or logs in against the new map.
+fn swap_lun_maps(
+    server: &Server,
+    changes: &[Change],
+    mut added: Vec<(String, u64, Arc<scsi::LogicalUnit>)>,
+) {
+    for t in &server.targets {
+        let removed: Vec<u64> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::LunRemoved { target, lun } if *target == t.name => Some(*lun),
+                _ => None,
+            })
+            .collect();
+        let mine: Vec<(u64, Arc<scsi::LogicalUnit>)> = added
+            .iter()
+            .filter(|(target, _, _)| *target == t.name)
+            .map(|(_, lun, lu)| (*lun, lu.clone()))
+            .collect();
+        added.retain(|(target, _, _)| *target != t.name);
+        if removed.is_empty() && mine.is_empty() {
+            continue;
+        }
+        let numbers: Vec<u64> = mine.iter().map(|(lun, _)| *lun).collect();
+        let old = {
+            let sessions = server.sessions.lock();
+            let old = t.luns.load();
+            let map = Arc::new(old.with_changes(&removed, mine));
+            t.luns.store(map.clone());
+            map.inventory_changed(
+                &numbers,
+                sessions
+                    .by_tsih
+                    .values()
+                    .filter(|s| s.target.as_ref().is_some_and(|x| Arc::ptr_eq(x, t)))
+                    .map(|s| &s.nexus),
+            );
+            old
+        };
+        for lun in removed {
+            let Some(lu) = old.get(lun).cloned() else {
+                continue;
+            };
+            // Commands already running on it finish on their own reference to it; what they
+            // and earlier writes left in the page cache is flushed.
+            let target = t.name.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = lu.config().device.flush() {
+                    error!(%target, lun, "flushing a removed LUN failed: {e}");
+                }
+            });
+        }
+    }
+}
+
+/// Grows a LUN to `size` bytes (its file was extended in `prepare`); false when it already
+/// had that size.
+fn grow(server: &Server, target: &str, lun: u64, size: u64) -> bool {
+    let Some(lu) = server
+        .target(target)
+        .and_then(|t| t.luns.load().get(lun).cloned())
+    else {
+        return false;
+    };
+    match lu.grow(size) {
+        Ok(grown) => grown,
+        Err(e) => {
+            error!(%target, lun, "growing the LUN failed: {e}");
+            false
+        }
+    }
+}
+
+/// Stops the listener configured as `addr` and ends the connections it accepted; returns how
+/// many connections ended.
+fn remove_portal(server: &Server, addr: SocketAddr) -> usize {
+    let listener = {
+        let mut listeners = server.listeners.lock();
+        let Some(position) = listeners.iter().position(|l| l.configured == addr) else {
+            return 0;
+        };
+        listeners.remove(position)
+    };
+    listener.stop.cancel();
+    let sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
+    let mut ended = 0;
+    for session in sessions {
+        for c in session.connections.lock().iter() {
+            if listener.accepted(c.portal) {
+                c.close.cancel();
+                ended += 1;
+            }
+        }
+    }
+    info!(portal = %listener.portal.addr, connections = ended, "portal removed");
+    ended
+}
