@@ -160,6 +160,15 @@ impl ServerHandle {
         self.server.config()
     }
 
+    /// (TPGT, bound address) of every portal listening now (as bound, wildcards unexpanded).
+    pub fn listening(&self) -> Vec<(u16, SocketAddr)> {
+        let listeners = self.server.listeners.lock();
+        listeners
+            .iter()
+            .map(|l| (l.portal.tpgt, l.portal.addr))
+            .collect()
+    }
+
     /// Stops accepting, ends every session, waits for running commands and flushes the LUNs.
     pub async fn stop(self) {
         self.server.shutdown.cancel();
