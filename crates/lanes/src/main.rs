@@ -1,10 +1,12 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua` and `lab`.
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `reload`,
+//! `config`, `lab`, `attach`, `bench` and `doctor`.
 
 mod attach;
 mod banner;
 mod bench;
 mod doctor;
 mod lab;
+mod reload;
 mod serve;
 mod status;
 
@@ -35,6 +37,10 @@ enum Command {
     Status(status::StatusArgs),
     /// Change the ALUA state of a portal group of a running `lanes serve`.
     Alua(status::AluaArgs),
+    /// Make a running `lanes serve` re-read its --config file and apply the difference.
+    Reload(reload::ReloadArgs),
+    /// Check a configuration file, or show the running configuration as one.
+    Config(reload::ConfigArgs),
     /// Emulated NICs in network namespaces: shaped links, LACP, link and node faults.
     Lab(lab::LabArgs),
     /// Attach a LUN over every path as one multipath device (NBD and/or FUSE export).
@@ -105,6 +111,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Serve(args) => serve::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Alua(args) => status::alua(args).await,
+            Command::Reload(args) => reload::reload(args).await,
+            Command::Config(args) => reload::config(args).await,
             Command::Lab(args) => lab::run(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,

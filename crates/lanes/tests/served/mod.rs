@@ -16,6 +16,7 @@ pub struct Served {
     /// Every portal, in banner order.
     #[allow(dead_code)]
     pub portals: Vec<SocketAddr>,
+    #[allow(dead_code)]
     pub target: String,
 }
 
@@ -34,14 +35,20 @@ pub fn serve(dir: &Path) -> Served {
 /// `lanes serve` with one portal per address (port 0: each gets a free port).
 pub fn serve_on(dir: &Path, portals: &[&str]) -> Served {
     let lun = format!("{},size=64M", dir.join("disk.img").display());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanes"));
-    cmd.arg("serve");
+    let data = dir.join("data").display().to_string();
+    let mut args = vec!["serve"];
     for p in portals {
-        cmd.args(["--portal", p]);
+        args.extend(["--portal", p]);
     }
+    args.extend(["--lun", &lun, "--data-dir", &data]);
+    serve_with(&args)
+}
+
+/// `lanes ARGS...` (a `serve` command line), ready once its banner is out.
+pub fn serve_with(args: &[&str]) -> Served {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanes"));
     let mut child = cmd
-        .args(["--lun", &lun, "--data-dir"])
-        .arg(dir.join("data"))
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
