@@ -63,7 +63,13 @@ async fn read_pdu(
 }
 
 /// Serves one accepted connection to the end.
-pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: SocketAddr) {
+pub async fn run(
+    server: Arc<Server>,
+    stream: TcpStream,
+    portal: Portal,
+    peer: SocketAddr,
+    portal_stop: CancellationToken,
+) {
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
@@ -162,7 +168,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     };
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (released_tx, released_rx) = mpsc::unbounded_channel();
-    let close = CancellationToken::new();
+    let close = portal_stop.child_token();
     session.connections.lock().retain(|c| c.cid != cid);
     session.connections.lock().push(ConnectionHandle {
         cid,

@@ -64,7 +64,10 @@ async fn accept_loop(
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
-                    tokio::spawn(crate::connection::run(server.clone(), stream, portal, peer));
+                    // A connection's close token is a child of the portal's: removing the portal
+                    // ends its connections, also those still logging in.
+                    let stop = stop.clone();
+                    tokio::spawn(crate::connection::run(server.clone(), stream, portal, peer, stop));
                 }
                 Err(e) => {
                     error!(portal = %portal.addr, "accept failed: {e}");

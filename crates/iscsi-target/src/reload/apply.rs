@@ -277,7 +277,7 @@ fn grow(server: &Server, target: &str, lun: u64, size: u64) -> bool {
 }
 
 /// Stops the listener configured as `addr` and ends the connections it accepted; returns how
-/// many connections ended.
+/// many logged-in connections ended.
 fn remove_portal(server: &Server, addr: SocketAddr) -> usize {
     let listener = {
         let mut listeners = server.listeners.lock();
@@ -286,17 +286,19 @@ fn remove_portal(server: &Server, addr: SocketAddr) -> usize {
         };
         listeners.remove(position)
     };
-    listener.stop.cancel();
     let sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
-    let mut ended = 0;
-    for session in sessions {
-        for c in session.connections.lock().iter() {
-            if listener.accepted(c.portal) {
-                c.close.cancel();
-                ended += 1;
-            }
-        }
-    }
+    let ended = sessions
+        .iter()
+        .map(|s| {
+            let connections = s.connections.lock();
+            connections
+                .iter()
+                .filter(|c| listener.accepted(c.portal))
+                .count()
+        })
+        .sum();
+    // Every connection's close token is a child of this one (those still logging in too).
+    listener.stop.cancel();
     info!(portal = %listener.portal.addr, connections = ended, "portal removed");
     ended
 }
