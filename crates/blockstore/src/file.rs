@@ -135,6 +135,10 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    fn release(&self) {
+        let _ = rustix::fs::flock(&self.file, FlockOperation::Unlock);
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         check_range(self.size_bytes(), offset, buf.len() as u64)?;
         read_fully(buf, offset, |b, at| self.file.read_at(b, at))
@@ -335,10 +339,10 @@ mod tests {
             FileDevice::open(&p, None),
             Err(OpenError::Locked(_))
         ));
-        drop(d);
-        let d = FileDevice::open(&p, None).unwrap();
-        assert_eq!(d.size_bytes(), 1 << 20);
-        drop(d);
+        d.release();
+        let d2 = FileDevice::open(&p, None).expect("released: another device may open it");
+        assert_eq!(d2.size_bytes(), 1 << 20);
+        drop((d, d2));
         assert!(matches!(
             FileDevice::open(&p, Some(4096)),
             Err(OpenError::SizeMismatch { .. })

@@ -98,6 +98,10 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 
+    /// Gives up the device's claim on its backing store (the file lock), so another device may
+    /// open it, when it is taken out of service; I/O already under way still completes.
+    fn release(&self) {}
+
     fn holes_read_zero(&self) -> bool {
         true
     }

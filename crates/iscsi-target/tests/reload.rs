@@ -425,3 +425,72 @@ fn a_server_without_a_file_cannot_reload() {
     let e = server.reload().unwrap_err().to_string();
     assert!(e.contains("without --config"), "{e}");
 }
+
+#[test]
+fn a_backing_file_grown_outside_is_picked_up_by_a_reload() {
+    let server = TestServer::start_file(&config("", &lun(0, "16M")));
+    let mut c = session(server.addr(), 1);
+    // Without `size` the LUN exports its file; the administrator extends the file.
+    let without_size = lun(0, "16M").replace("size = \"16M\"\n", "");
+    server.rewrite(&config("", &without_size));
+    assert_eq!(server.reload().expect("reload").changes, []);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(server.dir.path().join("lun0.img"))
+        .unwrap();
+    file.set_len((24 << 20) + 100).unwrap();
+    let report = server.reload().expect("reload");
+    assert_eq!(
+        report
+            .changes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [format!("{TARGET}: LUN 0 grown to {} bytes", 24 << 20)],
+        "whole blocks only"
+    );
+    assert_eq!(tur(&mut c, 0), CAPACITY_CHANGED);
+    assert_eq!(capacity(&mut c, 0).0, (24 << 20) / 512 - 1);
+}
+
+#[test]
+fn io_carries_on_through_repeated_reloads() {
+    let server = TestServer::start_file(&config("", &lun(0, "16M")));
+    let mut c = session(server.addr(), 1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let io = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut done = 0u32;
+            let mut lba = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || done == 0 {
+                let data = pattern(u64::from(lba), 4096);
+                // Any command may be the one that reports the inventory change, once.
+                let mut run = |cdb: &[u8], edtl, write: Option<&[u8]>| {
+                    for _ in 0..2 {
+                        let r = c.scsi(cdb, edtl, write).expect("command");
+                        if r.status == 0 {
+                            return r;
+                        }
+                        assert_eq!(r.sense_triplet(), REPORTED_LUNS_CHANGED, "lba {lba}");
+                    }
+                    panic!("lba {lba}: the unit attention came twice in a row");
+                };
+                run(&cdb_write10(lba, 8, 0), 4096, Some(&data));
+                assert_eq!(run(&cdb_read10(lba, 8), 4096, None).data, data);
+                lba = (lba + 8) % 30000;
+                done += 1;
+            }
+            done
+        })
+    };
+    for _ in 0..10 {
+        server.rewrite(&config("", &two_luns()));
+        assert_eq!(server.reload().expect("add").changes.len(), 1);
+        server.rewrite(&config("", &lun(0, "16M")));
+        assert_eq!(server.reload().expect("remove").changes.len(), 1);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let done = io.join().expect("no I/O error during reloads");
+    assert!(done > 0);
+}

@@ -52,6 +52,41 @@ fn portal_key(config: &ServeConfig, group: u16, addr: SocketAddr) -> String {
     }
 }
 
+/// LUNs without a configured size whose backing file grew since it was opened (an
+/// administrator extended it, e.g. with `truncate -s`): they grow to the file's size, in whole
+/// blocks. The one part of a reload that looks at files rather than at the configuration.
+pub(super) fn files_grown(server: &Server, new: &ServeConfig, changes: &[Change]) -> Vec<Change> {
+    let mut grown = Vec::new();
+    for target in &new.targets {
+        let Some(runtime) = server.target(&target.name) else {
+            continue;
+        };
+        let luns = runtime.luns.load();
+        for lun in target.luns.iter().filter(|l| l.size.is_none()) {
+            let Some(lu) = luns.get(lun.lun) else {
+                continue;
+            };
+            let sized = changes.iter().any(|c| {
+                matches!(c, Change::LunGrown { target: t, lun: l, .. } | Change::LunRemoved { target: t, lun: l }
+                    if *t == target.name && *l == lun.lun)
+            });
+            let Ok(meta) = std::fs::metadata(&lun.path) else {
+                continue;
+            };
+            let block = u64::from(lu.config().block_size);
+            let size = meta.len() / block * block;
+            if !sized && meta.is_file() && size > lu.block_count() * block {
+                grown.push(Change::LunGrown {
+                    target: target.name.clone(),
+                    lun: lun.lun,
+                    size,
+                });
+            }
+        }
+    }
+    grown
+}
+
 /// Opens the backing files of added LUNs, extends those of grown LUNs, binds added portals.
 /// An error is `(key, message)`; what was opened is dropped again.
 pub(super) async fn prepare(
@@ -124,21 +159,29 @@ pub(super) async fn prepare(
     Ok(prepared)
 }
 
+/// A logical unit taken out of the LUN map, still finishing the commands routed to it.
+pub(super) struct Retired {
+    target: String,
+    lun: u64,
+    lu: Arc<scsi::LogicalUnit>,
+}
+
 /// Switches the server over to `new`. Infallible: everything that could fail was prepared.
+/// Returns the LUs it removed, for [`retire`].
 pub(super) fn commit(
     server: &Arc<Server>,
     new: ServeConfig,
     file: PathBuf,
     changes: Vec<Change>,
     prepared: Prepared,
-) -> ReloadReport {
+) -> (ReloadReport, Vec<Retired>) {
     let mut report = ReloadReport {
         file,
         changes: Vec::new(),
         sessions_ended: 0,
         connections_ended: 0,
     };
-    swap_lun_maps(server, &changes, prepared.luns);
+    let retired = swap_lun_maps(server, &changes, prepared.luns);
     for change in changes {
         let keep = match &change {
             Change::LunGrown { target, lun, size } => grow(server, target, *lun, *size),
@@ -198,7 +241,23 @@ pub(super) fn commit(
     }
     server.refresh_portals();
     server.set_config(Arc::new(new));
-    report
+    (report, retired)
+}
+
+/// Flushes removed LUs and gives up their backing files, so a later reload can export the
+/// same file again at once (connections may hold the old map until their next command).
+pub(super) async fn retire(retired: Vec<Retired>) {
+    for Retired { target, lun, lu } in retired {
+        let flushed = tokio::task::spawn_blocking(move || {
+            let result = lu.config().device.flush();
+            lu.config().device.release();
+            result
+        })
+        .await;
+        if let Ok(Err(e)) = flushed {
+            error!(%target, lun, "flushing a removed LUN failed: {e}");
+        }
+    }
 }
 
 /// Installs each target's new LUN map and raises REPORTED LUNS DATA HAS CHANGED. Done under
@@ -208,7 +267,8 @@ fn swap_lun_maps(
     server: &Server,
     changes: &[Change],
     mut added: Vec<(String, u64, Arc<scsi::LogicalUnit>)>,
-) {
+) -> Vec<Retired> {
+    let mut retired = Vec::new();
     for t in &server.targets {
         let removed: Vec<u64> = changes
             .iter()
@@ -242,20 +302,16 @@ fn swap_lun_maps(
             );
             old
         };
-        for lun in removed {
-            let Some(lu) = old.get(lun).cloned() else {
-                continue;
-            };
-            // Commands already running on it finish on their own reference to it; what they
-            // and earlier writes left in the page cache is flushed.
-            let target = t.name.clone();
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = lu.config().device.flush() {
-                    error!(%target, lun, "flushing a removed LUN failed: {e}");
-                }
-            });
-        }
+        // Commands already running on a removed LU finish on their own reference to it.
+        retired.extend(removed.into_iter().filter_map(|lun| {
+            Some(Retired {
+                target: t.name.clone(),
+                lun,
+                lu: old.get(lun)?.clone(),
+            })
+        }));
     }
+    retired
 }
 
 /// Grows a LUN to `size` bytes (its file was extended in `prepare`); false when it already

@@ -120,10 +120,11 @@ pub async fn reload(server: &Arc<Server>) -> Result<ReloadReport, ReloadError> {
     let result = async {
         let (new, file) = server.source.load()?;
         let old = server.config();
-        let changes = diff(&old, &new).map_err(|source| ReloadError::NotLive {
+        let mut changes = diff(&old, &new).map_err(|source| ReloadError::NotLive {
             file: file.clone(),
             source,
         })?;
+        changes.extend(apply::files_grown(server, &new, &changes));
         let prepared = apply::prepare(server, &new, &changes)
             .await
             .map_err(|(key, message)| ReloadError::Apply {
@@ -131,7 +132,9 @@ pub async fn reload(server: &Arc<Server>) -> Result<ReloadReport, ReloadError> {
                 key,
                 message,
             })?;
-        Ok(apply::commit(server, new, file, changes, prepared))
+        let (report, retired) = apply::commit(server, new, file, changes, prepared);
+        apply::retire(retired).await;
+        Ok(report)
     }
     .await;
     match &result {
