@@ -1,5 +1,6 @@
-//! Observability: the `lanes status` unix socket (one JSON request line, one JSON reply) and
-//! the Prometheus `/metrics` endpoint, both reading the live counters.
+//! Observability and control: the status unix socket (one JSON request line, one JSON reply:
+//! `status`, `alua`, `reload`, `config`) and the Prometheus `/metrics` endpoint, both reading
+//! the live counters.
 
 use crate::server::Server;
 use crate::Error;

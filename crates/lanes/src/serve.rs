@@ -16,7 +16,9 @@ use crate::banner::{Banner, BannerLun, BannerTarget};
 ///
 /// With --config: --portal replaces the portals of portal group 1, --lun appends LUNs to the
 /// first target, --target-name renames the first target, and --metrics, --data-dir and
-/// --allow-multiple-sessions override the file.
+/// --allow-multiple-sessions override the file. SIGHUP (or `lanes reload`) re-reads the file,
+/// applies the same flags again and changes the running server without dropping the sessions
+/// the change does not concern.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// TOML configuration file.

@@ -30,6 +30,16 @@ pub fn encode_lun(lun: u64) -> [u8; 8] {
     b
 }
 
+/// (sense key, ASC, ASCQ) of fixed or descriptor format sense data.
+fn sense_data_triplet(data: &[u8]) -> (u8, u8, u8) {
+    let at = |i: usize| data.get(i).copied().unwrap_or(0);
+    match at(0) & 0x7F {
+        0x70 | 0x71 => (at(2) & 0x0F, at(12), at(13)),
+        0x72 | 0x73 => (at(1) & 0x0F, at(2), at(3)),
+        _ => (0, 0, 0),
+    }
+}
+
 impl LunMap {
     /// Builds the map; each LU learns its peers so EXTENDED COPY can reach them.
     pub fn new(mut luns: Vec<(u64, Arc<LogicalUnit>)>) -> Self {
@@ -104,10 +114,15 @@ impl LunMap {
         }
         if let Some(lu) = self.get(req.lun) {
             let outcome = lu.execute(req, data_in);
-            if let Some(s) = &outcome.sense {
-                if (s.key, s.asc, s.ascq) == (crate::sense::key::UNIT_ATTENTION, 0x3F, 0x0E) {
-                    self.reported_luns_change_seen(req.nexus, req.lun);
-                }
+            let reported = match &outcome.sense {
+                Some(s) => (s.key, s.asc, s.ascq),
+                // REQUEST SENSE hands a pending unit attention over as its data.
+                None if opcode == op::REQUEST_SENSE => sense_data_triplet(data_in),
+                None => (0, 0, 0),
+            };
+            let (asc, ascq) = REPORTED_LUNS_CHANGED;
+            if reported == (crate::sense::key::UNIT_ATTENTION, asc, ascq) {
+                self.reported_luns_change_seen(req.nexus, req.lun);
             }
             return outcome;
         }

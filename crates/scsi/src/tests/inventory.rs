@@ -43,6 +43,17 @@ fn reported_luns_changed_once_per_nexus() {
     assert_eq!(o.status, 0);
     assert_eq!(&d[..4], &[0, 0, 0, 16], "two LUNs reported");
 
+    // Fetched with REQUEST SENSE (fixed format) on LUN 1, it is gone from LUN 0 too.
+    let map = map.with_changes(&[], vec![(2, file_lu(dir.path(), "c", 1 << 20))]);
+    map.inventory_changed(&[2], [&a, &b]);
+    let (o, d) = on_lun(&map, &a, 1, &[0x03, 0, 0, 0, 18, 0], 18);
+    assert_eq!(o.status, 0);
+    assert_eq!((d[2] & 0x0F, d[12], d[13]), (6, 0x3F, 0x0E));
+    assert_eq!(on_lun(&map, &a, 0, &TUR, 0).0.status, 0);
+    assert_eq!(on_lun(&map, &a, 2, &TUR, 0).0.status, 0);
+    assert_eq!(asc(&on_lun(&map, &b, 2, &TUR, 0).0), (6, 0x3F, 0x0E));
+    assert_eq!(on_lun(&map, &b, 0, &TUR, 0).0.status, 0);
+
     let map = map.with_changes(&[0], Vec::new());
     map.inventory_changed(&[], [&a, &b]);
     assert_eq!(asc(&on_lun(&map, &a, 0, &TUR, 0).0), (5, 0x25, 0));
