@@ -67,9 +67,12 @@ pub async fn serve(
     source: ConfigSource,
     ready: oneshot::Sender<ServeInfo>,
 ) -> Result<(), Error> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Watched before anything else: SIGHUP's default action would end the process.
+    let hangup = signal(SignalKind::hangup());
     let handle = start_with(config, source).await?;
     let _ = ready.send(handle.info.clone());
-    let reloads = tokio::spawn(reload_on_sighup(handle.server.clone()));
+    let reloads = tokio::spawn(reload_on_sighup(handle.server.clone(), hangup));
     shutdown_signal().await;
     reloads.abort();
     info!("shutting down");
@@ -77,9 +80,11 @@ pub async fn serve(
     Ok(())
 }
 
-async fn reload_on_sighup(server: Arc<server::Server>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = match signal(SignalKind::hangup()) {
+async fn reload_on_sighup(
+    server: Arc<server::Server>,
+    hangup: std::io::Result<tokio::signal::unix::Signal>,
+) {
+    let mut hangup = match hangup {
         Ok(s) => s,
         Err(e) => {
             warn!("cannot watch SIGHUP, reload only through the status socket: {e}");
