@@ -101,23 +101,23 @@ fn snapshot(server: &Server) -> StatusView {
 /// Implicit ALUA (SPC-4 5.16): the administrator moves a portal group to another state on
 /// every target exported there; logical units raise ASYMMETRIC ACCESS STATE CHANGED on every
 /// nexus. Request: `{"cmd":"alua","group":N,"state":"standby"}`.
+/// The running configuration records the new state, so `lanes config show` tells the truth
+/// and a reload moves the group back to what the file says.
 fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
-    use scsi::AluaState as A;
+    use crate::config::AluaStateConfig;
+    use serde::Deserialize as _;
     let group = req
         .get("group")
         .and_then(|g| g.as_u64())
         .and_then(|g| u16::try_from(g).ok());
-    let state = match req.get("state").and_then(|s| s.as_str()) {
-        Some("active-optimized") => Some(A::ActiveOptimized),
-        Some("active-non-optimized") => Some(A::ActiveNonOptimized),
-        Some("standby") => Some(A::Standby),
-        Some("unavailable") => Some(A::Unavailable),
-        Some("transitioning") => Some(A::Transitioning),
-        _ => None,
-    };
-    let (Some(group), Some(state)) = (group, state) else {
+    let configured = req
+        .get("state")
+        .and_then(|s| s.as_str())
+        .and_then(|s| AluaStateConfig::deserialize(serde_json::Value::from(s)).ok());
+    let (Some(group), Some(configured)) = (group, configured) else {
         return serde_json::json!({"error": "need group (a portal group tag) and state (active-optimized, active-non-optimized, standby, unavailable or transitioning)"});
     };
+    let state = crate::target::alua_state(configured);
     let mut changed = Vec::new();
     for t in &server.targets {
         if t.on_portal_group(group) && t.tpgs.set_state(group, state) {
@@ -127,6 +127,11 @@ fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
     if changed.is_empty() {
         return serde_json::json!({"error": format!("no target is exported on portal group {group}")});
     }
+    let mut config = (*server.config()).clone();
+    if let Some(g) = config.portal_groups.iter_mut().find(|g| g.tag == group) {
+        g.alua_state = configured;
+    }
+    server.set_config(std::sync::Arc::new(config));
     info!(group, ?state, targets = ?changed, "ALUA state changed");
     serde_json::json!({"ok": true, "group": group, "targets": changed})
 }
@@ -213,7 +218,11 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
                 }
                 let req = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
                 let reply = match req.get("cmd").and_then(|c| c.as_str()) {
-                    Some("alua") => set_alua(&s, &req).to_string(),
+                    Some("alua") => {
+                        // Not in the middle of a reload, which replaces the running config.
+                        let _one_at_a_time = s.reload_lock.lock().await;
+                        set_alua(&s, &req).to_string()
+                    }
                     Some("reload") => reload_reply(crate::reload::reload(&s).await).to_string(),
                     Some("config") => serde_json::json!({
                         "toml": s.config().to_toml(),

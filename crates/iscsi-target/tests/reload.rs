@@ -497,3 +497,49 @@ fn io_carries_on_through_repeated_reloads() {
         "{done} writes, {reported} reports"
     );
 }
+
+fn admin(server: &TestServer, request: &str) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(server.status_socket()).expect("socket");
+    s.write_all(request.as_bytes()).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).expect("JSON reply")
+}
+
+#[test]
+fn the_status_socket_reloads_and_shows_what_runs() {
+    let server = TestServer::start_file(&config("", &lun(0, "16M")));
+    let mut c = session(server.addr(), 1);
+    // `lanes alua` changes the running state; the running configuration says so.
+    let reply = admin(&server, r#"{"cmd":"alua","group":1,"state":"standby"}"#);
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(tur(&mut c, 0), Some((6, 0x2A, 0x06)));
+    let shown = admin(&server, r#"{"cmd":"config"}"#);
+    let toml = shown["toml"].as_str().expect("toml");
+    assert!(toml.contains("alua = \"standby\""), "{toml}");
+    let parsed = lanes_iscsi_target::config::ServeConfig::from_toml_str(
+        toml,
+        &server.dir.path().join("shown.toml"),
+    )
+    .unwrap();
+    assert_eq!(parsed, server.running_config());
+    // A reload makes the server what the file says again.
+    let reply = admin(&server, r#"{"cmd":"reload"}"#);
+    assert_eq!(
+        reply["changes"],
+        serde_json::json!(["portal group 1: ALUA standby -> active-optimized"]),
+        "{reply}"
+    );
+    assert_eq!(tur(&mut c, 0), Some((6, 0x2A, 0x06)));
+    assert_eq!(c.read10(0, 1).len(), 512);
+    // A refused reload answers with the error and its key.
+    server.rewrite(&config("", &lun(0, "8M")));
+    let reply = admin(&server, r#"{"cmd":"reload"}"#);
+    assert_eq!(reply["key"], "target[0].lun[0].size", "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("shrink"),
+        "{reply}"
+    );
+}

@@ -218,6 +218,9 @@ pub(super) fn commit(
         };
         let acl = t.config().acl.clone();
         for session in server.sessions_of(t) {
+            if session.closing.is_cancelled() {
+                continue; // ended already (ACL and CHAP both changed, or a logout)
+            }
             let allowed = !all
                 && session
                     .connections
