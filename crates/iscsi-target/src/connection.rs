@@ -83,6 +83,7 @@ pub async fn run(
         cmd_sn: 0,
         session: None,
         reinstated: None,
+        authorized_with: None,
     };
     let deadline = Instant::now() + LOGIN_TIMEOUT;
     let (outcome, cid, stat_sn) = loop {

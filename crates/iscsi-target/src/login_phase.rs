@@ -21,6 +21,8 @@ pub struct ConnectionPolicy {
     pub session: Option<Arc<Session>>,
     /// A session ended by reinstatement, whose tasks must drain before the login completes.
     pub reinstated: Option<Arc<Session>>,
+    /// The target configuration the login was authorized (and its CHAP checked) against.
+    pub authorized_with: Option<Arc<crate::config::TargetConfig>>,
 }
 
 fn credentials(chap: &crate::config::ChapConfig) -> ChapCredentials {
@@ -55,7 +57,9 @@ impl LoginPolicy for ConnectionPolicy {
         if !AclRule::allows(&config.acl, initiator_name, self.peer.ip()) {
             return Err(LoginRefusal::AuthorizationFailure);
         }
-        Ok(config.chap.as_ref().map(credentials))
+        let chap = config.chap.as_ref().map(credentials);
+        self.authorized_with = Some(config);
+        Ok(chap)
     }
 
     fn discovery_auth(
@@ -88,6 +92,19 @@ impl LoginPolicy for ConnectionPolicy {
         };
         let initiator = login.session.initiator_name.as_str();
         let mut table = self.server.sessions.lock();
+        if let Some(t) = &target {
+            // A reload may have changed the ACL or CHAP since `authorize`. It replaces the
+            // configuration before it scans the session table, and this check and the insert
+            // below hold the table's lock: either the reload sees this session, or this
+            // login sees the new configuration.
+            let now = t.config();
+            if !AclRule::allows(&now.acl, initiator, self.peer.ip()) {
+                return Err(LoginRefusal::AuthorizationFailure);
+            }
+            if self.authorized_with.as_ref().map(|c| &c.chap) != Some(&now.chap) {
+                return Err(LoginRefusal::AuthenticationFailed);
+            }
+        }
         let target_name = target.as_ref().map(|t| t.name.as_str());
         // RFC 7143 6.3.5: a leading login with an ISID in use reinstates that session.
         if let Some(old) = table.find(initiator, login.isid, target_name) {
