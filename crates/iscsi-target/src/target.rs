@@ -181,3 +181,48 @@ impl TargetRuntime {
         c.portal_groups.is_empty() || c.portal_groups.contains(&tag)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lu(bytes: u64) -> Arc<scsi::LogicalUnit> {
+        let device = Arc::new(blockstore::MemoryDevice::new(bytes));
+        let tpgs = Arc::new(scsi::TargetPortGroups::one_per_port(1));
+        let config = scsi::LunConfig {
+            device,
+            block_size: 512,
+            naa_id: [0x60; 16],
+            serial: "s".into(),
+            vendor: "LANES".into(),
+            product: "t".into(),
+            revision: "0".into(),
+            read_only: false,
+            write_cache: true,
+            pr_file: None,
+            thin: true,
+        };
+        Arc::new(scsi::LogicalUnit::new(config, tpgs).unwrap())
+    }
+
+    #[test]
+    fn views_follow_the_table_at_their_next_refresh() {
+        let table = LunTable::new(scsi::LunMap::new(vec![(0, lu(4096))]));
+        let mut view = table.view();
+        let first = view.refresh(&table).clone();
+        assert!(
+            Arc::ptr_eq(&first, view.refresh(&table)),
+            "no swap: same map"
+        );
+        table.store(Arc::new(first.with_changes(&[], vec![(1, lu(4096))])));
+        table.store(Arc::new(table.load().with_changes(&[0], Vec::new())));
+        let now = view.refresh(&table);
+        assert!(Arc::ptr_eq(now, &table.load()), "two swaps: the latest map");
+        let luns: Vec<u64> = now.luns().iter().map(|(n, _)| *n).collect();
+        assert_eq!(luns, [1]);
+        assert!(
+            first.get(0).is_some(),
+            "the old map stays whole for commands using it"
+        );
+    }
+}
