@@ -359,6 +359,19 @@ fn a_bad_reload_changes_nothing() {
     let e = server.reload().unwrap_err();
     assert_eq!(e.key(), Some("portal-group[0].portals[1]"), "{e}");
 
+    // A backing file that cannot be opened, after a LUN was grown and another added in the
+    // same reload: the new file is removed and the grown one cut back.
+    std::fs::create_dir(server.dir.path().join("lun3.img")).unwrap();
+    let late = config(
+        "",
+        &(lun(0, "32M") + &lun(1, "16M") + &lun(2, "1M") + &lun(3, "1M")),
+    );
+    server.rewrite(&late);
+    let e = server.reload().unwrap_err();
+    assert_eq!(e.key(), Some("target[0].lun[3].path"), "{e}");
+    let lun0 = std::fs::metadata(server.dir.path().join("lun0.img")).unwrap();
+    assert_eq!(lun0.len(), 16 << 20, "the grown file is cut back");
+
     assert_eq!(server.running_config(), before);
     assert!(!server.dir.path().join("lun2.img").exists());
     // Same session, same LUNs, no unit attention.

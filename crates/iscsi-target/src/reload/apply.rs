@@ -87,8 +87,38 @@ pub(super) fn files_grown(server: &Server, new: &ServeConfig, changes: &[Change]
     grown
 }
 
+/// What `prepare` did to files, to be undone when a later step fails.
+#[derive(Default)]
+struct Undo {
+    /// Backing files it created.
+    created: Vec<PathBuf>,
+    /// Backing files it extended, with their former length (nothing was written past it:
+    /// the LU had not grown yet).
+    extended: Vec<(PathBuf, u64)>,
+}
+
+impl Undo {
+    fn run(self) {
+        for path in self.created {
+            if let Err(e) = std::fs::remove_file(&path) {
+                error!(path = %path.display(), "removing a file made by a refused reload: {e}");
+            }
+        }
+        for (path, len) in self.extended {
+            let shrunk = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(len));
+            if let Err(e) = shrunk {
+                error!(path = %path.display(), "restoring the size of a file after a refused reload: {e}");
+            }
+        }
+    }
+}
+
 /// Opens the backing files of added LUNs, extends those of grown LUNs, binds added portals.
-/// An error is `(key, message)`; what was opened is dropped again.
+/// An error is `(key, message)`; then what was opened is closed again, and files created or
+/// extended are removed or cut back.
 pub(super) async fn prepare(
     server: &Server,
     new: &ServeConfig,
@@ -98,6 +128,24 @@ pub(super) async fn prepare(
         luns: Vec::new(),
         listeners: Vec::new(),
     };
+    let mut undo = Undo::default();
+    match prepare_into(server, new, changes, &mut prepared, &mut undo).await {
+        Ok(()) => Ok(prepared),
+        Err(e) => {
+            drop(prepared);
+            undo.run();
+            Err(e)
+        }
+    }
+}
+
+async fn prepare_into(
+    server: &Server,
+    new: &ServeConfig,
+    changes: &[Change],
+    prepared: &mut Prepared,
+    undo: &mut Undo,
+) -> Result<(), (String, String)> {
     for change in changes {
         match change {
             Change::LunAdded { target, lun, .. } | Change::LunGrown { target, lun, .. } => {
@@ -127,7 +175,15 @@ pub(super) async fn prepare(
                     }
                 }
                 // Creates a missing file, extends a short one; refuses to shrink.
-                config.ensure_backing_file().map_err(|e| fail(&e))?;
+                let before = std::fs::metadata(&config.path).ok();
+                let after = config.ensure_backing_file().map_err(|e| fail(&e))?;
+                match before {
+                    None => undo.created.push(config.path.clone()),
+                    Some(m) if m.is_file() && m.len() < after => {
+                        undo.extended.push((config.path.clone(), m.len()))
+                    }
+                    Some(_) => {}
+                }
                 if let Change::LunAdded { .. } = change {
                     let lu = build_lu(target, config, &runtime.tpgs).map_err(|e| {
                         let mut text = e.to_string();
@@ -156,7 +212,7 @@ pub(super) async fn prepare(
             _ => {}
         }
     }
-    Ok(prepared)
+    Ok(())
 }
 
 /// A logical unit taken out of the LUN map, still finishing the commands routed to it.
