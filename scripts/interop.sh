@@ -3,7 +3,8 @@
 # tools (discovery, INQUIRY, READ CAPACITY(16)), QEMU's libiscsi block driver (a 64 MiB write
 # through one portal read back through the other, on a 512-byte and a 4096-byte LUN; write and
 # read benches) and libiscsi's conformance suite iscsi-test-cu, whose pass count must not fall
-# below tests/conformance/floor.
+# below tests/conformance/floor; then a live reconfiguration (`lanes reload` grows a LUN and adds
+# one) seen by iscsi-readcapacity16 and iscsi-ls.
 #
 # Loopback only (127.0.0.1 and 127.0.0.2). Everything it starts it stops, everything it creates
 # it removes (trap EXIT), except the logs copied to $LANES_INTEROP_OUT (default target/interop).
@@ -166,16 +167,40 @@ port_is_free() {
 
 tcp_open() { timeout 2 bash -c "</dev/tcp/$1/$2" 2>/dev/null; }
 
+# write_config PORT LUN0_SIZE [EXTRA]: the server's configuration file (EXTRA: more TOML).
+config="$work/lanes.toml"
+write_config() {
+    cat >"$config" <<EOF
+[server]
+data-dir = "$work/data"
+
+[[portal-group]]
+tag = 1
+portals = ["127.0.0.1:$1", "127.0.0.2:$1"]
+
+[[target]]
+name = "$target_iqn"
+
+[[target.lun]]
+path = "$work/d512.img"
+size = "$2"
+block-size = 512
+
+[[target.lun]]
+path = "$work/d4k.img"
+size = "256M"
+block-size = 4096
+${3:-}
+EOF
+}
+
 # start_server PORT: returns 0 when ready, 2 if the port was taken meanwhile, 1 on other failures.
 start_server() {
     local port=$1
     : >"$server_log"
     : >"$server_out"
-    RUST_LOG=${RUST_LOG:-info} RUST_BACKTRACE=1 "$lanes" serve \
-        --portal "127.0.0.1:$port" --portal "127.0.0.2:$port" \
-        --lun "$work/d512.img,size=256M,block-size=512" \
-        --lun "$work/d4k.img,size=256M,block-size=4096" \
-        --target-name "$target_iqn" --data-dir "$work/data" \
+    write_config "$port" 256M
+    RUST_LOG=${RUST_LOG:-info} RUST_BACKTRACE=1 "$lanes" serve --config "$config" \
         --log-format text >"$server_out" 2>"$server_log" &
     server_pid=$!
     # Ready = the banner line on stdout, then both portals accept connections.
@@ -412,6 +437,25 @@ else
     fi
 fi
 server_alive "iscsi-test-cu"
+
+# --- live reconfiguration ------------------------------------------------------------------------
+step "lanes reload: LUN 0 grows to 320 MiB, LUN 2 (64 MiB) is added"
+write_config "$port" 320M "
+[[target.lun]]
+lun = 2
+path = \"$work/d2.img\"
+size = \"64M\""
+if check "lanes reload" "$lanes" reload --socket "$work/data/lanes.sock"; then
+    expect "the reload grew LUN 0" "LUN 0 grown to $((320 * 1024 * 1024)) bytes"
+    expect "the reload added LUN 2" "LUN 2 added"
+fi
+if check "iscsi-readcapacity16 LUN 0 after the reload" iscsi-readcapacity16 "$url2/0"; then
+    expect "LUN 0 is now 320 MiB" "^Total size:$((320 * 1024 * 1024))\$"
+fi
+if check "iscsi-ls -s after the reload" iscsi-ls -s "iscsi://127.0.0.1:$port"; then
+    expect "iscsi-ls shows the new LUN 2" "^Lun:2 "
+fi
+server_alive "the reload"
 
 # --- the server log ------------------------------------------------------------------------------
 step "server log"

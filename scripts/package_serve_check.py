@@ -12,7 +12,7 @@ as with the unit's SystemCallErrorNumber=EPERM).
 Each process gets NOTIFY_SOCKET, an abstract unix datagram socket this script binds (systemd
 passes such '@' names too). Checks, each against a deadline and never by sleeping:
 `lanes serve --config CONFIG` prints its banner naming a loopback portal and sends READY=1; the
-portal accepts a TCP connection; SIGHUP (what `systemctl reload` sends) leaves it running;
+portal accepts a TCP connection; SIGHUP (what `systemctl reload` sends) reloads the config and leaves it running;
 `lanes attach` of its LUN 0 with NBD and FUSE exports sends READY=1, the NBD socket greets,
 the FUSE file reads (where /dev/fuse exists), and SIGTERM brings STOPPING=1 and exit 0; then SIGTERM to the target brings STOPPING=1 and exit 0.
 Prints one line per check.
@@ -234,7 +234,7 @@ def main():
     if serve.child.poll() is not None:
         fail(f"SIGHUP ended lanes serve ({serve.child.returncode})", serve.logs())
     connect(host, port)
-    print("package-check: lanes serve: SIGHUP logged and ignored, portal still accepts")
+    print("package-check: lanes serve: SIGHUP reloads the packaged config, portal still accepts")
 
     mount = os.path.join(work, "fuse")
     nbd = os.path.join(work, "nbd.sock")

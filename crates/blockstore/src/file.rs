@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Fills `buf` from `offset` with repeated positional reads (`read` returns bytes read),
 /// retrying on EINTR; bytes past the end of a file that shrank underneath us read as zeros.
@@ -39,7 +39,8 @@ fn read_fully(
 /// A regular file used as a block device.
 pub struct FileDevice {
     file: File,
-    size: u64,
+    /// Exported size in bytes; only ever grows ([`BlockDevice::grow`]).
+    size: AtomicU64,
     /// Cleared the first time the kernel answers RWF_NOWAIT writes with EOPNOTSUPP (ext4
     /// before buffered-NOWAIT support): from then on short writes go straight to pwritev.
     nowait_writes: AtomicBool,
@@ -102,7 +103,7 @@ impl FileDevice {
         };
         Ok(Self {
             file,
-            size,
+            size: AtomicU64::new(size),
             nowait_writes: AtomicBool::new(true),
         })
     }
@@ -110,16 +111,41 @@ impl FileDevice {
 
 impl BlockDevice for FileDevice {
     fn size_bytes(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Acquire)
+    }
+
+    fn grow(&self, size: u64) -> std::io::Result<()> {
+        let current = self.size_bytes();
+        if size < current {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("cannot shrink from {current} to {size} bytes"),
+            ));
+        }
+        let meta = self.file.metadata()?;
+        if meta.is_file() && meta.len() < size {
+            self.file.set_len(size)?;
+        } else if !meta.is_file() && meta.len() < size {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("the device holds only {} bytes", meta.len()),
+            ));
+        }
+        self.size.store(size, Ordering::Release);
+        Ok(())
+    }
+
+    fn release(&self) {
+        let _ = rustix::fs::flock(&self.file, FlockOperation::Unlock);
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size_bytes(), offset, buf.len() as u64)?;
         read_fully(buf, offset, |b, at| self.file.read_at(b, at))
     }
 
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size_bytes(), offset, buf.len() as u64)?;
         read_fully(buf, offset, |b, at| {
             let mut slices = [std::io::IoSliceMut::new(b)];
             match rustix::io::preadv2(&self.file, &mut slices, at, ReadWriteFlags::NOWAIT) {
@@ -133,7 +159,7 @@ impl BlockDevice for FileDevice {
 
     fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        check_range(self.size, offset, total)?;
+        check_range(self.size_bytes(), offset, total)?;
         if bufs.len() > 64 {
             return Err(ErrorKind::WouldBlock.into());
         }
@@ -160,13 +186,13 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        check_range(self.size, offset, buf.len() as u64)?;
+        check_range(self.size_bytes(), offset, buf.len() as u64)?;
         self.file.write_all_at(buf, offset)
     }
 
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        check_range(self.size, offset, total)?;
+        check_range(self.size_bytes(), offset, total)?;
         // pwritev may write partially; resume from the first buffer not fully written.
         let mut done = 0u64;
         let mut first = 0usize;
@@ -215,7 +241,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size_bytes(), offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -240,7 +266,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<Extent>> {
-        check_range(self.size, offset, len)?;
+        check_range(self.size_bytes(), offset, len)?;
         let end = offset + len;
         let mut out = Vec::new();
         let mut at = offset;
@@ -313,14 +339,29 @@ mod tests {
             FileDevice::open(&p, None),
             Err(OpenError::Locked(_))
         ));
-        drop(d);
-        let d = FileDevice::open(&p, None).unwrap();
-        assert_eq!(d.size_bytes(), 1 << 20);
-        drop(d);
+        d.release();
+        let d2 = FileDevice::open(&p, None).expect("released: another device may open it");
+        assert_eq!(d2.size_bytes(), 1 << 20);
+        drop((d, d2));
         assert!(matches!(
             FileDevice::open(&p, Some(4096)),
             Err(OpenError::SizeMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn grows_but_never_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("vol.img");
+        let d = FileDevice::open(&p, Some(1 << 20)).unwrap();
+        let block = vec![7u8; 4096];
+        assert!(d.write_at(&block, 1 << 20).is_err(), "beyond the end");
+        d.grow(2 << 20).unwrap();
+        assert_eq!(d.size_bytes(), 2 << 20);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 2 << 20);
+        d.write_at(&block, 1 << 20).unwrap();
+        assert!(d.grow(1 << 20).is_err());
+        assert_eq!(d.size_bytes(), 2 << 20);
     }
 
     #[test]

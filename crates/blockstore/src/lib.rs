@@ -91,6 +91,17 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::WouldBlock.into())
     }
 
+    /// Grows the device to `size` bytes (extending a file as needed); never shrinks. Ranges
+    /// checked after it returns see the new size. The default cannot grow.
+    fn grow(&self, size: u64) -> std::io::Result<()> {
+        let _ = size;
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    /// Gives up the device's claim on its backing store (the file lock), so another device may
+    /// open it, when it is taken out of service; I/O already under way still completes.
+    fn release(&self) {}
+
     fn holes_read_zero(&self) -> bool {
         true
     }

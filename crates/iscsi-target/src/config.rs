@@ -20,6 +20,7 @@ mod error;
 pub mod file;
 mod identity;
 mod name;
+mod show;
 mod units;
 
 use std::net::SocketAddr;
@@ -322,6 +323,11 @@ impl ServeConfig {
         self.status_socket
             .clone()
             .unwrap_or_else(|| self.data_dir.join("lanes.sock"))
+    }
+
+    /// Looks up a target by name.
+    pub fn target(&self, name: &str) -> Option<&TargetConfig> {
+        self.targets.iter().find(|target| target.name == name)
     }
 
     /// Looks up a portal group by tag.

@@ -63,7 +63,13 @@ async fn read_pdu(
 }
 
 /// Serves one accepted connection to the end.
-pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: SocketAddr) {
+pub async fn run(
+    server: Arc<Server>,
+    stream: TcpStream,
+    portal: Portal,
+    peer: SocketAddr,
+    portal_stop: CancellationToken,
+) {
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
@@ -77,6 +83,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         cmd_sn: 0,
         session: None,
         reinstated: None,
+        authorized_with: None,
     };
     let deadline = Instant::now() + LOGIN_TIMEOUT;
     let (outcome, cid, stat_sn) = loop {
@@ -162,7 +169,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     };
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (released_tx, released_rx) = mpsc::unbounded_channel();
-    let close = CancellationToken::new();
+    let close = portal_stop.child_token();
     session.connections.lock().retain(|c| c.cid != cid);
     session.connections.lock().push(ConnectionHandle {
         cid,
@@ -202,6 +209,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         text: TextResponder::new(params.max_xmit_data_segment_length),
         ready: Vec::new(),
         r2ts: Vec::new(),
+        luns: session.target.as_ref().map(|t| t.luns.view()),
         pool,
     };
     let end = conn.serve(rd, buf, released_rx).await;
@@ -254,6 +262,8 @@ pub(crate) struct Connection {
     text: TextResponder,
     /// Data-In buffers, shared with the writer that returns them.
     pool: Arc<BufferPool>,
+    /// The target's LUN map as of the last command (`None` in discovery sessions).
+    luns: Option<crate::target::LunView>,
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.
     ready: Vec<Pdu>,
     r2ts: Vec<R2tRequest>,
@@ -276,8 +286,10 @@ impl Connection {
         mut buf: BytesMut,
         mut released: mpsc::UnboundedReceiver<ReleasedCommand>,
     ) -> ReadEnd {
-        let nop_interval = self.server.config.nop_interval;
-        let nop_timeout = self.server.config.nop_timeout;
+        let (nop_interval, nop_timeout) = {
+            let config = self.server.config();
+            (config.nop_interval, config.nop_timeout)
+        };
         let mut ticker = tokio::time::interval(nop_interval.max(Duration::from_millis(100)));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -499,10 +511,15 @@ impl Connection {
             return;
         }
         if self.session.begin_execution(itt) {
+            let luns = match (&mut self.luns, &self.session.target) {
+                (Some(view), Some(target)) => Some(view.refresh(&target.luns)),
+                _ => None,
+            };
             crate::exec::spawn(
                 self.session.clone(),
                 self.out.clone(),
                 &self.pool,
+                luns,
                 c,
                 Vec::new(),
                 0,

@@ -23,20 +23,22 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 /// READs served from the page cache and buffered WRITEs run right here on the connection's
 /// task (`execute_nowait`); everything else, and anything that would sleep, runs on the
 /// blocking pool.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     session: Arc<Session>,
     out: mpsc::UnboundedSender<Outbound>,
     pool: &Arc<BufferPool>,
+    luns: Option<&Arc<scsi::LunMap>>,
     cmd: ScsiCommand,
     segments: Vec<Bytes>,
     received: u32,
     r2t_count: u32,
 ) {
-    if let (Some(target), None) = (session.target.as_ref(), &cmd.extended_cdb) {
+    if let (Some(luns), None) = (luns, &cmd.extended_cdb) {
         let lun = crate::tmf::lun_number(cmd.lun);
         let mut data_in = pool.get(data_in_size(&cmd));
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
-        if let Some(outcome) = target.luns.execute_nowait(&req, &mut data_in) {
+        if let Some(outcome) = luns.execute_nowait(&req, &mut data_in) {
             let done = Finished {
                 lun,
                 cdb: &cmd.cdb,
@@ -45,14 +47,17 @@ pub fn spawn(
                 received,
                 r2t_count,
             };
-            respond(&session, &out, &target.luns, &cmd, done);
+            respond(&session, &out, luns, &cmd, done);
             return;
         }
         pool.put(data_in.freeze());
     }
     let pool = pool.clone();
+    // The map the command was routed with: a LUN removed by a reload meanwhile still ends
+    // its command cleanly on the logical unit it started on.
+    let luns = luns.cloned();
     tokio::task::spawn_blocking(move || {
-        let Some(target) = session.target.as_ref() else {
+        let Some(luns) = luns else {
             session.task_done(cmd.itt);
             return;
         };
@@ -70,7 +75,7 @@ pub fn spawn(
         let mut data_in = pool.get(data_in_size(&cmd));
         let lun = crate::tmf::lun_number(cmd.lun);
         let req = request(&session, &cmd, lun, cdb, &segments);
-        let outcome = target.luns.execute(&req, &mut data_in);
+        let outcome = luns.execute(&req, &mut data_in);
         let done = Finished {
             lun,
             cdb,
@@ -79,7 +84,7 @@ pub fn spawn(
             received,
             r2t_count,
         };
-        respond(&session, &out, &target.luns, &cmd, done);
+        respond(&session, &out, &luns, &cmd, done);
     });
 }
 

@@ -6,9 +6,11 @@
 pub mod config;
 mod connection;
 mod exec;
+mod listen;
 mod login_phase;
 mod pool;
 mod portals;
+pub mod reload;
 mod server;
 mod session;
 mod stats;
@@ -18,15 +20,15 @@ mod text;
 mod tmf;
 mod writer;
 
+pub use reload::{Change, ConfigSource, ReloadError, ReloadReport};
 pub use server::Portal;
 pub use target::{BuildError, TargetRuntime, INQUIRY_PRODUCT, INQUIRY_VENDOR};
 
 use config::ServeConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// What a started server reports once every portal is bound.
 #[derive(Debug, Clone)]
@@ -58,19 +60,44 @@ pub enum Error {
     },
 }
 
-/// Runs the target until SIGINT or SIGTERM. `ready` receives the bound portals and LUN
-/// identities once the server accepts connections.
-pub async fn serve(config: ServeConfig, ready: oneshot::Sender<ServeInfo>) -> Result<(), Error> {
+/// Runs the target until SIGINT or SIGTERM; SIGHUP reloads the configuration from `source`.
+/// `ready` receives the bound portals and LUN identities once the server accepts connections.
+pub async fn serve(
+    config: ServeConfig,
+    source: ConfigSource,
+    ready: oneshot::Sender<ServeInfo>,
+) -> Result<(), Error> {
     // Handlers first: a signal that arrives as soon as `ready` is announced (a service manager
     // reloading or stopping a just-started unit) must find them installed, not take its
     // default action (SIGHUP and SIGTERM would end the process without draining).
     let signals = ShutdownSignals::install();
-    let handle = start(config).await?;
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    let handle = start_with(config, source).await?;
     let _ = ready.send(handle.info.clone());
+    let reloads = tokio::spawn(reload_on_sighup(handle.server.clone(), hangup));
     signals.wait().await;
+    reloads.abort();
     info!("shutting down");
     handle.stop().await;
     Ok(())
+}
+
+async fn reload_on_sighup(
+    server: Arc<server::Server>,
+    hangup: std::io::Result<tokio::signal::unix::Signal>,
+) {
+    let mut hangup = match hangup {
+        Ok(s) => s,
+        Err(e) => {
+            warn!("cannot watch SIGHUP, reload only through the status socket: {e}");
+            return;
+        }
+    };
+    while hangup.recv().await.is_some() {
+        info!("SIGHUP: reloading the configuration");
+        // The outcome is logged by the reload itself.
+        let _ = reload::reload(&server).await;
+    }
 }
 
 /// A running server (tests start and stop it without signals).
@@ -80,47 +107,48 @@ pub struct ServerHandle {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Opens the storage, binds every portal and starts accepting.
+/// Opens the storage, binds every portal and starts accepting; a reload has no file to
+/// re-read ([`ConfigSource::Fixed`]).
 pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
+    start_with(config, ConfigSource::Fixed).await
+}
+
+/// [`start`], with the source a reload re-reads the configuration from.
+pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<ServerHandle, Error> {
     config.prepare_storage().map_err(Error::Storage)?;
     let mut targets = Vec::new();
     for t in &config.targets {
         targets.push(Arc::new(TargetRuntime::build(&config, t)?));
     }
-    let mut listeners = Vec::new();
+    let mut bound = Vec::new();
     for group in &config.portal_groups {
         for addr in &group.portals {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind {
-                    addr: *addr,
-                    source,
-                })?;
-            let bound = l.local_addr().unwrap_or(*addr);
-            listeners.push((
-                Portal {
-                    tpgt: group.tag,
-                    addr: bound,
-                },
-                l,
-            ));
+            let (portal, listener) = listen::bind(group.tag, *addr).await?;
+            bound.push((*addr, portal, listener));
         }
     }
-    let portals = portals::expand(listeners.iter().map(|(p, _)| *p));
+    let server = Arc::new(server::Server::new(config, source, targets));
+    {
+        let mut listeners = server.listeners.lock();
+        for (configured, portal, listener) in bound {
+            listeners.push(listen::spawn(&server, configured, portal, listener));
+        }
+    }
+    server.refresh_portals();
     let info = ServeInfo {
-        portals: portals.iter().map(|p| (p.tpgt, p.addr)).collect(),
-        targets: targets
+        portals: server
+            .portals
+            .read()
             .iter()
-            .map(|t| (t.config.name.clone(), t.wwids.clone()))
+            .map(|p| (p.tpgt, p.addr))
+            .collect(),
+        targets: server
+            .targets
+            .iter()
+            .map(|t| (t.name.clone(), t.wwids()))
             .collect(),
     };
-    let server = Arc::new(server::Server::new(config, targets, portals));
-    let mut tasks = Vec::new();
-    for (portal, listener) in listeners {
-        let server = server.clone();
-        tasks.push(tokio::spawn(accept_loop(server, portal, listener)));
-    }
-    tasks.extend(status::start(&server).await?);
+    let tasks = status::start(&server).await?;
     Ok(ServerHandle {
         info,
         server,
@@ -129,6 +157,25 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
 }
 
 impl ServerHandle {
+    /// Re-reads the configuration and applies the difference (see [`reload`]).
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        reload::reload(&self.server).await
+    }
+
+    /// The configuration the server runs now.
+    pub fn running_config(&self) -> Arc<ServeConfig> {
+        self.server.config()
+    }
+
+    /// (TPGT, bound address) of every portal listening now (as bound, wildcards unexpanded).
+    pub fn listening(&self) -> Vec<(u16, SocketAddr)> {
+        let listeners = self.server.listeners.lock();
+        listeners
+            .iter()
+            .map(|l| (l.portal.tpgt, l.portal.addr))
+            .collect()
+    }
+
     /// Stops accepting, ends every session, waits for running commands and flushes the LUNs.
     pub async fn stop(self) {
         self.server.shutdown.cancel();
@@ -150,28 +197,11 @@ impl ServerHandle {
             s.drain().await;
         }
         for t in &self.server.targets {
-            for (lun, lu) in t.luns.luns() {
+            for (lun, lu) in t.luns.load().luns() {
                 if let Err(e) = lu.config().device.flush() {
-                    error!(target = %t.config.name, lun, "flush at shutdown failed: {e}");
+                    error!(target = %t.name, lun, "flush at shutdown failed: {e}");
                 }
             }
-        }
-    }
-}
-
-async fn accept_loop(server: Arc<server::Server>, portal: Portal, listener: TcpListener) {
-    loop {
-        tokio::select! {
-            r = listener.accept() => match r {
-                Ok((stream, peer)) => {
-                    tokio::spawn(connection::run(server.clone(), stream, portal, peer));
-                }
-                Err(e) => {
-                    error!(portal = %portal.addr, "accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            },
-            _ = server.shutdown.cancelled() => return,
         }
     }
 }
@@ -180,7 +210,6 @@ async fn accept_loop(server: Arc<server::Server>, portal: Portal, listener: TcpL
 struct ShutdownSignals {
     interrupt: Option<tokio::signal::unix::Signal>,
     terminate: Option<tokio::signal::unix::Signal>,
-    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl ShutdownSignals {
@@ -196,31 +225,20 @@ impl ShutdownSignals {
         ShutdownSignals {
             interrupt: install(SignalKind::interrupt(), "SIGINT"),
             terminate: install(SignalKind::terminate(), "SIGTERM"),
-            // SIGHUP's default action ends the process; `systemctl reload` sends it
-            // (ExecReload), and a reload must never take the target down. Until live reload
-            // exists it is logged and ignored.
-            hangup: install(SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Returns on SIGINT or SIGTERM; logs and ignores SIGHUP.
+    /// Returns on SIGINT or SIGTERM (SIGHUP is the reload task's).
     async fn wait(mut self) {
         async fn next(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
             signal.as_mut()?.recv().await
         }
-        loop {
-            tokio::select! {
-                Some(()) = next(&mut self.interrupt) => return,
-                Some(()) = next(&mut self.terminate) => return,
-                Some(()) = next(&mut self.hangup) => {
-                    tracing::warn!(
-                        "SIGHUP: live reload is not supported by this version; ignored"
-                    );
-                }
-                // None could be installed: SIGINT and SIGTERM keep their default action and
-                // end the process.
-                else => std::future::pending::<()>().await,
-            }
+        tokio::select! {
+            Some(()) = next(&mut self.interrupt) => {}
+            Some(()) = next(&mut self.terminate) => {}
+            // None could be installed: SIGINT and SIGTERM keep their default action and end
+            // the process.
+            else => std::future::pending::<()>().await,
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct ConnectionPolicy {
     pub session: Option<Arc<Session>>,
     /// A session ended by reinstatement, whose tasks must drain before the login completes.
     pub reinstated: Option<Arc<Session>>,
+    /// The target configuration the login was authorized (and its CHAP checked) against.
+    pub authorized_with: Option<Arc<crate::config::TargetConfig>>,
 }
 
 fn credentials(chap: &crate::config::ChapConfig) -> ChapCredentials {
@@ -51,17 +53,25 @@ impl LoginPolicy for ConnectionPolicy {
         if !target.on_portal_group(self.portal.tpgt) {
             return Err(LoginRefusal::NotFound);
         }
-        if !AclRule::allows(&target.config.acl, initiator_name, self.peer.ip()) {
+        let config = target.config();
+        if !AclRule::allows(&config.acl, initiator_name, self.peer.ip()) {
             return Err(LoginRefusal::AuthorizationFailure);
         }
-        Ok(target.config.chap.as_ref().map(credentials))
+        let chap = config.chap.as_ref().map(credentials);
+        self.authorized_with = Some(config);
+        Ok(chap)
     }
 
     fn discovery_auth(
         &mut self,
         _initiator_name: &str,
     ) -> Result<Option<ChapCredentials>, LoginRefusal> {
-        Ok(self.server.config.discovery_auth.as_ref().map(credentials))
+        Ok(self
+            .server
+            .config()
+            .discovery_auth
+            .as_ref()
+            .map(credentials))
     }
 
     fn admit(&mut self, login: &LoginOutcome) -> Result<u16, LoginRefusal> {
@@ -82,7 +92,20 @@ impl LoginPolicy for ConnectionPolicy {
         };
         let initiator = login.session.initiator_name.as_str();
         let mut table = self.server.sessions.lock();
-        let target_name = target.as_ref().map(|t| t.config.name.as_str());
+        if let Some(t) = &target {
+            // A reload may have changed the ACL or CHAP since `authorize`. It replaces the
+            // configuration before it scans the session table, and this check and the insert
+            // below hold the table's lock: either the reload sees this session, or this
+            // login sees the new configuration.
+            let now = t.config();
+            if !AclRule::allows(&now.acl, initiator, self.peer.ip()) {
+                return Err(LoginRefusal::AuthorizationFailure);
+            }
+            if self.authorized_with.as_ref().map(|c| &c.chap) != Some(&now.chap) {
+                return Err(LoginRefusal::AuthenticationFailed);
+            }
+        }
+        let target_name = target.as_ref().map(|t| t.name.as_str());
         // RFC 7143 6.3.5: a leading login with an ISID in use reinstates that session.
         if let Some(old) = table.find(initiator, login.isid, target_name) {
             table.by_tsih.remove(&old.tsih);
@@ -90,7 +113,7 @@ impl LoginPolicy for ConnectionPolicy {
             self.reinstated = Some(old);
         }
         if let Some(t) = &target {
-            if !t.config.allow_multiple_sessions {
+            if !t.config().allow_multiple_sessions {
                 let other = table.by_tsih.values().any(|s| {
                     &*s.initiator_name == initiator
                         && s.target.as_ref().is_some_and(|x| Arc::ptr_eq(x, t))
@@ -119,7 +142,9 @@ impl LoginPolicy for ConnectionPolicy {
             self.cmd_sn,
         ));
         if let Some(t) = &session.target {
-            t.luns.nexus_added(&session.nexus);
+            // Under the session table lock: a reload adding a LUN sees this session, or this
+            // login sees the reloaded LUN map.
+            t.luns.load().nexus_added(&session.nexus);
         }
         table.by_tsih.insert(tsih, session.clone());
         self.session = Some(session);

@@ -1,9 +1,11 @@
 //! The running server: targets, the session table, portals, and the accept loops.
 
 use crate::config::ServeConfig;
+use crate::listen::Listener;
+use crate::reload::ConfigSource;
 use crate::session::Session;
 use crate::target::TargetRuntime;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +50,7 @@ impl SessionTable {
             .find(|s| {
                 &*s.initiator_name == initiator
                     && s.isid == isid
-                    && s.target.as_ref().map(|t| t.config.name.as_str()) == target
+                    && s.target.as_ref().map(|t| t.name.as_str()) == target
             })
             .cloned()
     }
@@ -56,10 +58,17 @@ impl SessionTable {
 
 /// Shared state of `lanes serve`.
 pub struct Server {
-    pub config: ServeConfig,
+    /// The configuration running now; a reload replaces it as a whole.
+    running: RwLock<Arc<ServeConfig>>,
+    /// Where a reload reads the configuration from.
+    pub source: ConfigSource,
+    /// Held for the whole of a reload, so two reloads never interleave.
+    pub reload_lock: tokio::sync::Mutex<()>,
     pub targets: Vec<Arc<TargetRuntime>>,
     /// Portals with wildcard addresses expanded to this host's addresses, for reporting.
-    pub portals: Vec<Portal>,
+    pub portals: RwLock<Vec<Portal>>,
+    /// The listening portals, each with the handle that stops it.
+    pub listeners: Mutex<Vec<Listener>>,
     pub sessions: Mutex<SessionTable>,
     next_nexus: AtomicU64,
     pub shutdown: CancellationToken,
@@ -68,17 +77,47 @@ pub struct Server {
 impl Server {
     pub fn new(
         config: ServeConfig,
+        source: ConfigSource,
         targets: Vec<Arc<TargetRuntime>>,
-        portals: Vec<Portal>,
     ) -> Self {
         Server {
-            config,
+            running: RwLock::new(Arc::new(config)),
+            source,
+            reload_lock: tokio::sync::Mutex::new(()),
             targets,
-            portals,
+            portals: RwLock::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
             sessions: Mutex::new(SessionTable::default()),
             next_nexus: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<ServeConfig> {
+        self.running.read().clone()
+    }
+
+    /// Replaces the running configuration (the last step of a reload).
+    pub fn set_config(&self, config: Arc<ServeConfig>) {
+        *self.running.write() = config;
+    }
+
+    /// Recomputes the reported portals from the listeners.
+    pub fn refresh_portals(&self) {
+        let bound: Vec<Portal> = self.listeners.lock().iter().map(|l| l.portal).collect();
+        *self.portals.write() = crate::portals::expand(bound.into_iter());
+    }
+
+    /// Every session logged into `target`.
+    pub fn sessions_of(&self, target: &Arc<TargetRuntime>) -> Vec<Arc<Session>> {
+        self.sessions
+            .lock()
+            .by_tsih
+            .values()
+            .filter(|s| s.target.as_ref().is_some_and(|t| Arc::ptr_eq(t, target)))
+            .cloned()
+            .collect()
     }
 
     /// What logins negotiate from. Per-target values come from the first target; all targets
@@ -92,7 +131,7 @@ impl Server {
             ..TargetDefaults::default()
         };
         if let Some(t) = self.targets.first() {
-            let c = &t.config;
+            let c = t.config();
             let digests = |v: &[DigestConfig]| {
                 v.iter()
                     .map(|d| match d {
@@ -120,7 +159,7 @@ impl Server {
     }
 
     pub fn target(&self, name: &str) -> Option<&Arc<TargetRuntime>> {
-        self.targets.iter().find(|t| t.config.name == name)
+        self.targets.iter().find(|t| t.name == name)
     }
 
     /// Removes a session from the table (its last connection is gone, or it was logged out) and
@@ -135,7 +174,7 @@ impl Server {
         };
         if removed.is_some() {
             if let Some(t) = &session.target {
-                t.luns.nexus_removed(&session.nexus);
+                t.luns.load().nexus_removed(&session.nexus);
             }
         }
     }

@@ -1,5 +1,6 @@
-//! Observability: the `lanes status` unix socket (one JSON request line, one JSON reply) and
-//! the Prometheus `/metrics` endpoint, both reading the live counters.
+//! Observability and control: the status unix socket (one JSON request line, one JSON reply:
+//! `status`, `alua`, `reload`, `config`) and the Prometheus `/metrics` endpoint, both reading
+//! the live counters.
 
 use crate::server::Server;
 use crate::Error;
@@ -69,7 +70,7 @@ fn snapshot(server: &Server) -> StatusView {
                 target: s
                     .target
                     .as_ref()
-                    .map(|t| t.config.name.clone())
+                    .map(|t| t.name.clone())
                     .unwrap_or_else(|| "(discovery)".into()),
                 tpgt: s.tpgt,
                 connections: s
@@ -100,34 +101,54 @@ fn snapshot(server: &Server) -> StatusView {
 /// Implicit ALUA (SPC-4 5.16): the administrator moves a portal group to another state on
 /// every target exported there; logical units raise ASYMMETRIC ACCESS STATE CHANGED on every
 /// nexus. Request: `{"cmd":"alua","group":N,"state":"standby"}`.
+/// The running configuration records the new state, so `lanes config show` tells the truth
+/// and a reload moves the group back to what the file says.
 fn set_alua(server: &Server, req: &serde_json::Value) -> serde_json::Value {
-    use scsi::AluaState as A;
+    use crate::config::AluaStateConfig;
+    use serde::Deserialize as _;
     let group = req
         .get("group")
         .and_then(|g| g.as_u64())
         .and_then(|g| u16::try_from(g).ok());
-    let state = match req.get("state").and_then(|s| s.as_str()) {
-        Some("active-optimized") => Some(A::ActiveOptimized),
-        Some("active-non-optimized") => Some(A::ActiveNonOptimized),
-        Some("standby") => Some(A::Standby),
-        Some("unavailable") => Some(A::Unavailable),
-        Some("transitioning") => Some(A::Transitioning),
-        _ => None,
-    };
-    let (Some(group), Some(state)) = (group, state) else {
+    let configured = req
+        .get("state")
+        .and_then(|s| s.as_str())
+        .and_then(|s| AluaStateConfig::deserialize(serde_json::Value::from(s)).ok());
+    let (Some(group), Some(configured)) = (group, configured) else {
         return serde_json::json!({"error": "need group (a portal group tag) and state (active-optimized, active-non-optimized, standby, unavailable or transitioning)"});
     };
+    let state = crate::target::alua_state(configured);
     let mut changed = Vec::new();
     for t in &server.targets {
         if t.on_portal_group(group) && t.tpgs.set_state(group, state) {
-            changed.push(t.config.name.clone());
+            changed.push(t.name.clone());
         }
     }
     if changed.is_empty() {
         return serde_json::json!({"error": format!("no target is exported on portal group {group}")});
     }
+    let mut config = (*server.config()).clone();
+    if let Some(g) = config.portal_groups.iter_mut().find(|g| g.tag == group) {
+        g.alua_state = configured;
+    }
+    server.set_config(std::sync::Arc::new(config));
     info!(group, ?state, targets = ?changed, "ALUA state changed");
     serde_json::json!({"ok": true, "group": group, "targets": changed})
+}
+
+/// `{"cmd":"reload"}`: `{"ok":true,"file","changes":[...],"sessions_ended",
+/// "connections_ended"}`, or `{"error": "..."}` (and then nothing changed).
+fn reload_reply(result: Result<crate::ReloadReport, crate::ReloadError>) -> serde_json::Value {
+    match result {
+        Ok(report) => serde_json::json!({
+            "ok": true,
+            "file": report.file.display().to_string(),
+            "changes": report.changes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "sessions_ended": report.sessions_ended,
+            "connections_ended": report.connections_ended,
+        }),
+        Err(e) => serde_json::json!({"error": e.to_string(), "key": e.key()}),
+    }
 }
 
 /// Prometheus text exposition of the same counters.
@@ -167,7 +188,8 @@ fn metrics_text(server: &Server) -> String {
 /// Starts the status socket and, if configured, the metrics endpoint.
 pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
     let mut tasks = Vec::new();
-    let path = server.config.status_socket_path();
+    let config = server.config();
+    let path = config.status_socket_path();
     let status_err = |source| Error::Status {
         path: path.display().to_string(),
         source,
@@ -194,10 +216,19 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
                 if rd.read_line(&mut line).await.is_err() {
                     return;
                 }
-                let reply = match serde_json::from_str::<serde_json::Value>(&line) {
-                    Ok(req) if req.get("cmd").and_then(|c| c.as_str()) == Some("alua") => {
+                let req = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
+                let reply = match req.get("cmd").and_then(|c| c.as_str()) {
+                    Some("alua") => {
+                        // Not in the middle of a reload, which replaces the running config.
+                        let _one_at_a_time = s.reload_lock.lock().await;
                         set_alua(&s, &req).to_string()
                     }
+                    Some("reload") => reload_reply(crate::reload::reload(&s).await).to_string(),
+                    Some("config") => serde_json::json!({
+                        "toml": s.config().to_toml(),
+                        "file": s.source.file().map(|f| f.display().to_string()),
+                    })
+                    .to_string(),
                     _ => serde_json::to_string(&snapshot(&s)).unwrap_or_default(),
                 };
                 let _ = wr.write_all(reply.as_bytes()).await;
@@ -205,7 +236,7 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
             });
         }
     }));
-    if let Some(addr) = server.config.metrics_addr {
+    if let Some(addr) = config.metrics_addr {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Bind { addr, source })?;

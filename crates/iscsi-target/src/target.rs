@@ -1,6 +1,9 @@
-//! A configured target at run time: its logical units, ALUA port groups and policy.
+//! A configured target at run time: its logical units (a table a reload can swap), ALUA port
+//! groups and policy.
 
-use crate::config::{self, ServeConfig, TargetConfig};
+use crate::config::{self, LunConfig, ServeConfig, TargetConfig};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The T10 VENDOR IDENTIFICATION of every LUN (INQUIRY bytes 8-15); host configurations
@@ -24,11 +27,66 @@ fn product_revision() -> String {
 
 /// One exported target: what sessions execute commands against.
 pub struct TargetRuntime {
-    pub config: TargetConfig,
-    pub luns: Arc<scsi::LunMap>,
+    /// The target's iSCSI name; never changes while the server runs.
+    pub name: String,
+    /// ACL, CHAP and login keys; a reload replaces it, logins read it.
+    config: RwLock<Arc<TargetConfig>>,
+    pub luns: LunTable,
     pub tpgs: Arc<scsi::TargetPortGroups>,
-    /// (lun, WWID string) for the banner and status.
-    pub wwids: Vec<(u64, String)>,
+}
+
+/// The LUN map of a target. Connections keep a [`LunView`] and compare one generation
+/// counter per command (a load of a line that only a reload writes), so commands take no lock
+/// to find their LU; only a reload, which swaps the map, takes the write lock.
+pub struct LunTable {
+    generation: AtomicU64,
+    current: RwLock<Arc<scsi::LunMap>>,
+}
+
+/// A connection's cached copy of a [`LunTable`]'s map.
+pub struct LunView {
+    generation: u64,
+    map: Arc<scsi::LunMap>,
+}
+
+impl LunTable {
+    pub fn new(map: scsi::LunMap) -> LunTable {
+        LunTable {
+            generation: AtomicU64::new(0),
+            current: RwLock::new(Arc::new(map)),
+        }
+    }
+
+    /// The current map (takes the read lock: for task management, logins and reloads).
+    pub fn load(&self) -> Arc<scsi::LunMap> {
+        self.current.read().clone()
+    }
+
+    /// Replaces the map; views see the new one at their next [`LunView::refresh`].
+    pub fn store(&self, map: Arc<scsi::LunMap>) {
+        *self.current.write() = map;
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn view(&self) -> LunView {
+        let generation = self.generation.load(Ordering::Acquire);
+        LunView {
+            generation,
+            map: self.load(),
+        }
+    }
+}
+
+impl LunView {
+    /// The map to run the next command against: the cached one unless a reload swapped it.
+    pub fn refresh(&mut self, table: &LunTable) -> &Arc<scsi::LunMap> {
+        let generation = table.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.map = table.load();
+            self.generation = generation;
+        }
+        &self.map
+    }
 }
 
 /// Errors building a target from its configuration.
@@ -49,8 +107,44 @@ pub enum BuildError {
     },
 }
 
-fn alua_state(state: config::AluaStateConfig) -> scsi::AluaState {
+/// The ALUA state of a configured portal group.
+pub fn alua_state(state: config::AluaStateConfig) -> scsi::AluaState {
     scsi::AluaState::from_code(state.code()).unwrap_or(scsi::AluaState::ActiveOptimized)
+}
+
+/// Opens a LUN's backing file and creates its logical unit.
+pub fn build_lu(
+    target_name: &str,
+    lun: &LunConfig,
+    tpgs: &Arc<scsi::TargetPortGroups>,
+) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
+    let device =
+        blockstore::FileDevice::open(&lun.path, lun.size).map_err(|source| BuildError::Device {
+            path: lun.path.display().to_string(),
+            source,
+        })?;
+    let mut pr_file = lun.path.clone().into_os_string();
+    pr_file.push(".pr");
+    let lu_config = scsi::LunConfig {
+        device: Arc::new(device),
+        block_size: lun.block_size,
+        naa_id: config::naa_id(target_name, lun),
+        serial: lun.effective_serial(target_name),
+        vendor: INQUIRY_VENDOR.into(),
+        product: INQUIRY_PRODUCT.into(),
+        revision: product_revision(),
+        read_only: lun.read_only,
+        write_cache: lun.write_cache,
+        pr_file: Some(pr_file.into()),
+        thin: true,
+    };
+    let unit =
+        scsi::LogicalUnit::new(lu_config, tpgs.clone()).map_err(|source| BuildError::Lun {
+            target: target_name.to_string(),
+            lun: lun.lun,
+            source,
+        })?;
+    Ok(Arc::new(unit))
 }
 
 impl TargetRuntime {
@@ -69,56 +163,91 @@ impl TargetRuntime {
             tpgs.set_state(g.tag, alua_state(g.alua_state));
         }
         let mut units = Vec::new();
-        let mut wwids = Vec::new();
         for lun in &config.luns {
-            let device = blockstore::FileDevice::open(&lun.path, lun.size).map_err(|source| {
-                BuildError::Device {
-                    path: lun.path.display().to_string(),
-                    source,
-                }
-            })?;
-            let naa = config::naa_id(&config.name, lun);
-            wwids.push((lun.lun, config::wwid_string(&naa)));
-            let mut pr_file = lun.path.clone().into_os_string();
-            pr_file.push(".pr");
-            let lu_config = scsi::LunConfig {
-                device: Arc::new(device),
-                block_size: lun.block_size,
-                naa_id: naa,
-                serial: lun.effective_serial(&config.name),
-                vendor: INQUIRY_VENDOR.into(),
-                product: INQUIRY_PRODUCT.into(),
-                revision: product_revision(),
-                read_only: lun.read_only,
-                write_cache: lun.write_cache,
-                pr_file: Some(pr_file.into()),
-                thin: true,
-            };
-            let unit = scsi::LogicalUnit::new(lu_config, tpgs.clone()).map_err(|source| {
-                BuildError::Lun {
-                    target: config.name.clone(),
-                    lun: lun.lun,
-                    source,
-                }
-            })?;
-            units.push((lun.lun, Arc::new(unit)));
+            units.push((lun.lun, build_lu(&config.name, lun, &tpgs)?));
         }
         Ok(TargetRuntime {
-            config: config.clone(),
-            luns: Arc::new(scsi::LunMap::new(units)),
+            name: config.name.clone(),
+            config: RwLock::new(Arc::new(config.clone())),
+            luns: LunTable::new(scsi::LunMap::new(units)),
             tpgs,
-            wwids,
         })
     }
 
-    /// Whether this target is exported on portal group `tag`.
+    /// The target's current configuration (ACL, CHAP, login keys, LUNs).
+    pub fn config(&self) -> Arc<TargetConfig> {
+        self.config.read().clone()
+    }
+
+    /// Replaces the configuration new logins are checked against.
+    pub fn set_config(&self, config: Arc<TargetConfig>) {
+        *self.config.write() = config;
+    }
+
+    /// (lun, WWID string) of every LU, for the banner and status.
+    pub fn wwids(&self) -> Vec<(u64, String)> {
+        self.luns
+            .load()
+            .luns()
+            .iter()
+            .map(|(lun, lu)| (*lun, config::wwid_string(&lu.config().naa_id)))
+            .collect()
+    }
+
+    /// Whether this target is exported on portal group `tag` (fixed for the server's life).
     pub fn on_portal_group(&self, tag: u16) -> bool {
-        self.config.portal_groups.is_empty() || self.config.portal_groups.contains(&tag)
+        let c = self.config.read();
+        c.portal_groups.is_empty() || c.portal_groups.contains(&tag)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn lu(bytes: u64) -> Arc<scsi::LogicalUnit> {
+        let device = Arc::new(blockstore::MemoryDevice::new(bytes));
+        let tpgs = Arc::new(scsi::TargetPortGroups::one_per_port(1));
+        let config = scsi::LunConfig {
+            device,
+            block_size: 512,
+            naa_id: [0x60; 16],
+            serial: "s".into(),
+            vendor: "LANES".into(),
+            product: "t".into(),
+            revision: "0".into(),
+            read_only: false,
+            write_cache: true,
+            pr_file: None,
+            thin: true,
+        };
+        Arc::new(scsi::LogicalUnit::new(config, tpgs).unwrap())
+    }
+
+    #[test]
+    fn views_follow_the_table_at_their_next_refresh() {
+        let table = LunTable::new(scsi::LunMap::new(vec![(0, lu(4096))]));
+        let mut view = table.view();
+        let first = view.refresh(&table).clone();
+        assert!(
+            Arc::ptr_eq(&first, view.refresh(&table)),
+            "no swap: same map"
+        );
+        table.store(Arc::new(first.with_changes(&[], vec![(1, lu(4096))])));
+        table.store(Arc::new(table.load().with_changes(&[0], Vec::new())));
+        let now = view.refresh(&table);
+        assert!(Arc::ptr_eq(now, &table.load()), "two swaps: the latest map");
+        let luns: Vec<u64> = now.luns().iter().map(|(n, _)| *n).collect();
+        assert_eq!(luns, [1]);
+        assert!(
+            first.get(0).is_some(),
+            "the old map stays whole for commands using it"
+        );
+    }
+}
+
+#[cfg(test)]
+mod revision_tests {
     #[test]
     fn product_revision_is_major_dot_minor() {
         let revision = super::product_revision();

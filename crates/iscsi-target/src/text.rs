@@ -28,23 +28,24 @@ pub fn visible_targets(
         .first()
         .map(|c| c.peer.ip())
         .unwrap_or(local.ip());
+    let config = server.config();
     server
         .targets
         .iter()
-        .filter(|t| AclRule::allows(&t.config.acl, &session.initiator_name, peer_ip))
+        .filter(|t| AclRule::allows(&t.config().acl, &session.initiator_name, peer_ip))
         .map(|t| {
-            let portals = server
-                .config
+            let reported = server.portals.read();
+            let portals = config
                 .portal_groups
                 .iter()
                 .filter(|g| t.on_portal_group(g.tag))
                 .flat_map(|g| {
-                    crate::portals::reportable(&server.portals, g.tag, local)
+                    crate::portals::reportable(&reported, g.tag, local)
                         .into_iter()
                         .map(move |a| (a, g.tag))
                 })
                 .collect();
-            (t.config.name.clone(), portals)
+            (t.name.clone(), portals)
         })
         .collect()
 }

@@ -17,17 +17,10 @@ pub fn lun_number(raw: u64) -> u64 {
 
 /// Every session logged into the same target as `session` (including it).
 fn sessions_of_target(server: &Server, session: &Arc<Session>) -> Vec<Arc<Session>> {
-    let Some(target) = &session.target else {
-        return vec![session.clone()];
-    };
-    server
-        .sessions
-        .lock()
-        .by_tsih
-        .values()
-        .filter(|s| s.target.as_ref().is_some_and(|t| Arc::ptr_eq(t, target)))
-        .cloned()
-        .collect()
+    match &session.target {
+        Some(target) => server.sessions_of(target),
+        None => vec![session.clone()],
+    }
 }
 
 /// Answers one task management request; waits (in a task of its own) for aborted commands to
@@ -55,7 +48,8 @@ pub fn handle(
     };
     let function = req.function & 0x7f;
     let lun = lun_number(req.lun);
-    let lun_exists = target.luns.get(lun).is_some();
+    let luns = target.luns.load();
+    let lun_exists = luns.get(lun).is_some();
     info!(
         initiator = %session.initiator_name,
         tsih = session.tsih,
@@ -102,7 +96,7 @@ pub fn handle(
             for s in sessions_of_target(server, session) {
                 collect(&s, &|_, t| lun_number(t.lun) == lun);
             }
-            target.luns.clear_task_set(lun, &session.nexus);
+            luns.clear_task_set(lun, &session.nexus);
             tmf_response::COMPLETE
         }
         tmf::LOGICAL_UNIT_RESET if !lun_exists => tmf_response::LUN_DOES_NOT_EXIST,
@@ -112,7 +106,7 @@ pub fn handle(
             }
             // SAM-5 6.3: a logical unit reset raises 29/03 on every I_T nexus, the one that
             // asked included (libiscsi's MultipathIO.Reset checks every path).
-            if let Some(lu) = target.luns.get(lun) {
+            if let Some(lu) = luns.get(lun) {
                 lu.lun_reset(None);
             }
             tmf_response::COMPLETE
@@ -121,7 +115,7 @@ pub fn handle(
             for s in sessions_of_target(server, session) {
                 collect(&s, &|_, _| true);
             }
-            target.luns.target_reset(function == tmf::TARGET_COLD_RESET);
+            luns.target_reset(function == tmf::TARGET_COLD_RESET);
             tmf_response::COMPLETE
         }
         tmf::CLEAR_ACA => tmf_response::NOT_SUPPORTED,

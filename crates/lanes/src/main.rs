@@ -1,5 +1,6 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `lab`,
-//! `attach`, `bench`, `doctor`; and `generate` (man pages, completions) for packaging.
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `reload`,
+//! `config`, `lab`, `attach`, `bench` and `doctor`; and `generate` (man pages, completions) for
+//! packaging.
 
 mod attach;
 mod banner;
@@ -8,6 +9,7 @@ mod doctor;
 mod generate;
 mod lab;
 mod notify;
+mod reload;
 mod serve;
 mod status;
 
@@ -38,6 +40,10 @@ enum Command {
     Status(status::StatusArgs),
     /// Change the ALUA state of a portal group of a running `lanes serve`.
     Alua(status::AluaArgs),
+    /// Make a running `lanes serve` re-read its --config file and apply the difference.
+    Reload(reload::ReloadArgs),
+    /// Check a configuration file, or show the running configuration as one.
+    Config(reload::ConfigArgs),
     /// Emulated NICs in network namespaces: shaped links, LACP, link and node faults.
     Lab(lab::LabArgs),
     /// Attach a LUN over every path as one multipath device (NBD and/or FUSE export).
@@ -120,6 +126,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Serve(args) => serve::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Alua(args) => status::alua(args).await,
+            Command::Reload(args) => reload::reload(args).await,
+            Command::Config(args) => reload::config(args).await,
             Command::Lab(args) => lab::run(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use lanes_iscsi_target::config::{naa_id, wwid_string, CliOverrides, LunSpec, ServeConfig};
+use lanes_iscsi_target::ConfigSource;
 
 use crate::banner::{Banner, BannerLun, BannerTarget};
 use crate::notify;
@@ -16,7 +17,9 @@ use crate::notify;
 ///
 /// With --config: --portal replaces the portals of portal group 1, --lun appends LUNs to the
 /// first target, --target-name renames the first target, and --metrics, --data-dir and
-/// --allow-multiple-sessions override the file.
+/// --allow-multiple-sessions override the file. SIGHUP (or `lanes reload`) re-reads the file,
+/// applies the same flags again and changes the running server without dropping the sessions
+/// the change does not concern.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// TOML configuration file.
@@ -51,7 +54,7 @@ fn parse_metrics_arg(text: &str) -> Result<SocketAddr, String> {
 }
 
 impl ServeArgs {
-    fn overrides(self) -> CliOverrides {
+    pub fn overrides(self) -> CliOverrides {
         CliOverrides {
             config: self.config,
             portals: self.portals,
@@ -65,7 +68,10 @@ impl ServeArgs {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = ServeConfig::from_cli(&args.overrides())?;
+    let overrides = args.overrides();
+    let config = ServeConfig::from_cli(&overrides)?;
+    // A reload (SIGHUP, `lanes reload`) re-reads --config and applies the same flags again.
+    let source = ConfigSource::from_cli(&overrides);
     config
         .prepare_storage()
         .context("preparing backing files")
@@ -101,7 +107,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Err(e) => tracing::warn!("cannot watch SIGINT/SIGTERM to report STOPPING=1: {e}"),
         }
     });
-    let result = lanes_iscsi_target::serve(config, ready_tx).await;
+    // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
+    let result = lanes_iscsi_target::serve(config, source, ready_tx).await;
     printer.abort();
     stopping.abort();
     result.map_err(|e| explain_read_only(e.into(), &storage_config, under_systemd()))?;

@@ -55,7 +55,8 @@ fn notify_socket_hears_ready_then_stopping() {
     // READY=1 comes after the portals are bound: a connection is accepted at once.
     connect(served.portal);
 
-    // systemctl reload: the target logs SIGHUP and keeps serving.
+    // systemctl reload: the target reloads (here without a file: the reload is refused and
+    // logged) and keeps serving.
     signal(&served.child, rustix::process::Signal::Hup);
     connect(served.portal);
     assert!(

@@ -363,13 +363,13 @@ impl LogicalUnit {
         alloc: u32,
         out: &mut BytesMut,
     ) -> Result<(), Sense> {
-        if lba >= self.blocks {
+        if lba >= self.block_count() {
             return Err(Sense::lba_out_of_range());
         }
         let bs = self.bs();
         // Bound the work: look at most this far and return at most what fits in `alloc`.
         let max_desc = (alloc.saturating_sub(8) / 16).clamp(1, 1024) as usize;
-        let span = (self.blocks - lba).min((1 << 30) / bs);
+        let span = (self.block_count() - lba).min((1 << 30) / bs);
         let map = self
             .cfg
             .device

@@ -57,7 +57,8 @@ pub(crate) const MAX_UNMAP_DESCRIPTORS: u32 = 256;
 /// One emulated SBC direct-access block device.
 pub struct LogicalUnit {
     pub(crate) cfg: LunConfig,
-    pub(crate) blocks: u64,
+    /// Capacity in logical blocks; grows when the backing device does ([`Self::grow`]).
+    blocks: AtomicU64,
     pub(crate) tpgs: Arc<TargetPortGroups>,
     pub(crate) wce: AtomicBool,
     pub(crate) ua: UnitAttentions,
@@ -90,7 +91,7 @@ impl LogicalUnit {
         Ok(Self {
             wce: AtomicBool::new(cfg.write_cache),
             cfg,
-            blocks,
+            blocks: AtomicU64::new(blocks),
             alua_seen: AtomicU64::new(tpgs.generation()),
             tpgs,
             ua: UnitAttentions::default(),
@@ -104,7 +105,52 @@ impl LogicalUnit {
 
     /// Number of logical blocks.
     pub fn block_count(&self) -> u64 {
-        self.blocks
+        self.blocks.load(Ordering::Acquire)
+    }
+
+    /// Grows the logical unit to `bytes` (a whole number of blocks, not smaller than now):
+    /// the backing device grows first, then the capacity, and every I_T nexus gets CAPACITY
+    /// DATA HAS CHANGED (SBC-3 4.6; SPC-4 2A/09) once. Returns whether the capacity changed.
+    pub fn grow(&self, bytes: u64) -> Result<bool, Error> {
+        let bs = u64::from(self.cfg.block_size);
+        if !bytes.is_multiple_of(bs) {
+            return Err(Error::Config(format!(
+                "{bytes} bytes is not a whole number of {bs}-byte blocks"
+            )));
+        }
+        let blocks = bytes / bs;
+        let current = self.block_count();
+        if blocks < current {
+            return Err(Error::Config(format!(
+                "cannot shrink from {current} to {blocks} blocks"
+            )));
+        }
+        if blocks == current {
+            return Ok(false);
+        }
+        self.cfg
+            .device
+            .grow(bytes)
+            .map_err(|e| Error::Config(format!("growing the backing device: {e}")))?;
+        self.blocks.store(blocks, Ordering::Release);
+        self.ua.raise_all(0x2A, 0x09, None);
+        Ok(true)
+    }
+
+    /// Makes a nexus known that logged in before this LU existed (a LUN added at run time),
+    /// with `condition` as its first unit attention.
+    pub fn nexus_joined(&self, n: &Nexus, condition: (u8, u8)) {
+        self.ua.add(n, Some(condition));
+    }
+
+    /// Queues unit attention `(asc, ascq)` for every nexus.
+    pub fn raise_unit_attention(&self, asc: u8, ascq: u8) {
+        self.ua.raise_all(asc, ascq, None);
+    }
+
+    /// Drops a queued `(asc, ascq)` of nexus `id` (reported through another LU already).
+    pub fn clear_unit_attention(&self, id: u64, asc: u8, ascq: u8) {
+        self.ua.clear(id, asc, ascq);
     }
 
     /// The configuration it was created with.
@@ -281,13 +327,13 @@ impl LogicalUnit {
             }
             Command::ReportLuns { .. } => return Err(Sense::invalid_opcode()),
             Command::ReadCapacity10 => {
-                let last = u32::try_from(self.blocks - 1).unwrap_or(u32::MAX);
+                let last = u32::try_from(self.block_count() - 1).unwrap_or(u32::MAX);
                 out.extend_from_slice(&last.to_be_bytes());
                 out.extend_from_slice(&self.cfg.block_size.to_be_bytes());
             }
             Command::ReadCapacity16 { alloc } => {
                 let mut b = [0u8; 32];
-                b[0..8].copy_from_slice(&(self.blocks - 1).to_be_bytes());
+                b[0..8].copy_from_slice(&(self.block_count() - 1).to_be_bytes());
                 b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
                 if self.cfg.thin {
                     b[14] = 0x80 | if self.reports_lbprz() { 0x40 } else { 0 };
@@ -395,7 +441,7 @@ impl LogicalUnit {
     /// Checks `[lba, lba+blocks)` against the capacity (21/00 LBA OUT OF RANGE).
     pub(crate) fn check_range(&self, lba: u64, blocks: u64) -> Result<(), Sense> {
         match lba.checked_add(blocks) {
-            Some(end) if end <= self.blocks => Ok(()),
+            Some(end) if end <= self.block_count() => Ok(()),
             _ => Err(Sense::lba_out_of_range()),
         }
     }

@@ -9,6 +9,9 @@ use crate::{put_truncated, Nexus, ScsiOutcome, ScsiRequest};
 use bytes::BytesMut;
 use std::sync::Arc;
 
+/// REPORTED LUNS DATA HAS CHANGED (SPC-4 6.37): raised when the LUN inventory changes.
+pub const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3F, 0x0E);
+
 /// All LUs of a target, by LUN.
 #[derive(Clone, Default)]
 pub struct LunMap {
@@ -27,6 +30,16 @@ pub fn encode_lun(lun: u64) -> [u8; 8] {
     b
 }
 
+/// (sense key, ASC, ASCQ) of fixed or descriptor format sense data.
+fn sense_data_triplet(data: &[u8]) -> (u8, u8, u8) {
+    let at = |i: usize| data.get(i).copied().unwrap_or(0);
+    match at(0) & 0x7F {
+        0x70 | 0x71 => (at(2) & 0x0F, at(12), at(13)),
+        0x72 | 0x73 => (at(1) & 0x0F, at(2), at(3)),
+        _ => (0, 0, 0),
+    }
+}
+
 impl LunMap {
     /// Builds the map; each LU learns its peers so EXTENDED COPY can reach them.
     pub fn new(mut luns: Vec<(u64, Arc<LogicalUnit>)>) -> Self {
@@ -37,6 +50,41 @@ impl LunMap {
             *lu.peers.write() = weak.clone();
         }
         Self { luns }
+    }
+
+    /// A new map: this one without `removed`, plus `added` (replacing LUs of the same
+    /// number). Nothing is raised; see [`LunMap::inventory_changed`].
+    pub fn with_changes(&self, removed: &[u64], added: Vec<(u64, Arc<LogicalUnit>)>) -> LunMap {
+        let mut luns: Vec<_> = self
+            .luns
+            .iter()
+            .filter(|(l, _)| !removed.contains(l) && !added.iter().any(|(a, _)| a == l))
+            .cloned()
+            .collect();
+        luns.extend(added);
+        LunMap::new(luns)
+    }
+
+    /// After the LUN inventory changed: every nexus gets REPORTED LUNS DATA HAS CHANGED on
+    /// every LU it already knew, and the `added` LUs learn the `nexuses` logged in before them
+    /// with the same condition. A nexus is told once: reporting it on one LU clears it on the
+    /// others ([`LunMap::execute`]).
+    pub fn inventory_changed<'a>(
+        &self,
+        added: &[u64],
+        nexuses: impl IntoIterator<Item = &'a Nexus>,
+    ) {
+        let (asc, ascq) = REPORTED_LUNS_CHANGED;
+        for (lun, lu) in &self.luns {
+            if !added.contains(lun) {
+                lu.raise_unit_attention(asc, ascq);
+            }
+        }
+        for n in nexuses {
+            for (_, lu) in self.luns.iter().filter(|(l, _)| added.contains(l)) {
+                lu.nexus_joined(n, REPORTED_LUNS_CHANGED);
+            }
+        }
     }
 
     /// The LU at `lun`.
@@ -65,7 +113,18 @@ impl LunMap {
             return self.report_luns(req, data_in);
         }
         if let Some(lu) = self.get(req.lun) {
-            return lu.execute(req, data_in);
+            let outcome = lu.execute(req, data_in);
+            let reported = match &outcome.sense {
+                Some(s) => (s.key, s.asc, s.ascq),
+                // REQUEST SENSE hands a pending unit attention over as its data.
+                None if opcode == op::REQUEST_SENSE => sense_data_triplet(data_in),
+                None => (0, 0, 0),
+            };
+            let (asc, ascq) = REPORTED_LUNS_CHANGED;
+            if reported == (crate::sense::key::UNIT_ATTENTION, asc, ascq) {
+                self.reported_luns_change_seen(req.nexus, req.lun);
+            }
+            return outcome;
         }
         match crate::decode_cdb(req.cdb) {
             Ok(crate::Command::Inquiry { evpd, alloc, .. }) => {
@@ -82,6 +141,15 @@ impl LunMap {
                 ScsiOutcome::good()
             }
             _ => ScsiOutcome::check(Sense::lun_not_supported()),
+        }
+    }
+
+    /// The nexus has been told the inventory changed (through `seen_on`): the other LUs no
+    /// longer hold that condition for it, so it is reported once per I_T nexus.
+    fn reported_luns_change_seen(&self, n: &Nexus, seen_on: u64) {
+        let (asc, ascq) = REPORTED_LUNS_CHANGED;
+        for (_, lu) in self.luns.iter().filter(|(l, _)| *l != seen_on) {
+            lu.clear_unit_attention(n.id, asc, ascq);
         }
     }
 

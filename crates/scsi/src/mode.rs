@@ -86,12 +86,14 @@ impl LogicalUnit {
         let mut desc = Vec::new();
         if !dbd {
             if ten && llbaa {
-                desc.extend_from_slice(&self.blocks.to_be_bytes());
+                desc.extend_from_slice(&self.block_count().to_be_bytes());
                 desc.extend_from_slice(&[0; 4]);
                 desc.extend_from_slice(&bs.to_be_bytes());
             } else {
                 desc.extend_from_slice(
-                    &u32::try_from(self.blocks).unwrap_or(u32::MAX).to_be_bytes(),
+                    &u32::try_from(self.block_count())
+                        .unwrap_or(u32::MAX)
+                        .to_be_bytes(),
                 );
                 desc.push(0);
                 desc.extend_from_slice(&bs.to_be_bytes()[1..]);

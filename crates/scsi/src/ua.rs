@@ -106,6 +106,20 @@ impl UnitAttentions {
         self.raise_where(asc, ascq, |id, _| Some(id) != except);
     }
 
+    /// Removes `(asc, ascq)` from the queue of nexus `id`, if queued.
+    pub fn clear(&self, id: u64, asc: u8, ascq: u8) {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut slots = self.slots.lock();
+        if let Some(slot) = slots.get_mut(&id) {
+            let before = slot.queue.len();
+            slot.queue.retain(|c| *c != (asc, ascq));
+            self.pending
+                .fetch_sub(before - slot.queue.len(), Ordering::AcqRel);
+        }
+    }
+
     /// Whether any nexus has a condition queued (one atomic load).
     pub fn any_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire) != 0

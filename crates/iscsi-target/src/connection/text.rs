@@ -17,7 +17,7 @@ impl Connection {
                 let targets = crate::text::visible_targets(&self.server, &self.session, self.local);
                 let ctx = TextContext {
                     session_type: self.session.params.session_type,
-                    current_target: self.session.target.as_ref().map(|t| t.config.name.as_str()),
+                    current_target: self.session.target.as_ref().map(|t| t.name.as_str()),
                     targets: &targets,
                     max_recv_data_segment_length: self.params.max_recv_data_segment_length,
                 };

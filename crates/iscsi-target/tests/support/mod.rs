@@ -90,6 +90,64 @@ impl TestServer {
         }
     }
 
+    /// Starts a target from a configuration file `{dir}/lanes.toml` written from `toml`, so
+    /// that [`TestServer::reload`] can re-read it.
+    pub fn start_file(toml: &str) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("lanes.toml");
+        let text = toml.replace("{dir}", &dir.path().display().to_string());
+        std::fs::write(&file, &text).expect("write lanes.toml");
+        let cli = lanes_iscsi_target::config::CliOverrides {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let config = lanes_iscsi_target::config::ServeConfig::from_cli(&cli)
+            .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let source = lanes_iscsi_target::ConfigSource::from_cli(&cli);
+        let handle = rt
+            .block_on(lanes_iscsi_target::start_with(config, source))
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let portals = handle.info.portals.clone();
+        TestServer {
+            rt: Some(rt),
+            handle: Some(handle),
+            dir,
+            portals,
+        }
+    }
+
+    /// Rewrites `{dir}/lanes.toml` (`{dir}` replaced as in [`TestServer::start_file`]).
+    pub fn rewrite(&self, toml: &str) {
+        let text = toml.replace("{dir}", &self.dir.path().display().to_string());
+        std::fs::write(self.dir.path().join("lanes.toml"), text).expect("rewrite lanes.toml");
+    }
+
+    /// Asks the running server to re-read its configuration.
+    pub fn reload(
+        &self,
+    ) -> Result<lanes_iscsi_target::ReloadReport, lanes_iscsi_target::ReloadError> {
+        let (Some(rt), Some(handle)) = (&self.rt, &self.handle) else {
+            panic!("server stopped");
+        };
+        rt.block_on(handle.reload())
+    }
+
+    /// The configuration the server runs now.
+    pub fn running_config(&self) -> lanes_iscsi_target::config::ServeConfig {
+        let handle = self.handle.as_ref().expect("server running");
+        (*handle.running_config()).clone()
+    }
+
+    /// (TPGT, bound address) of every listening portal now.
+    pub fn listening(&self) -> Vec<(u16, SocketAddr)> {
+        self.handle.as_ref().expect("server running").listening()
+    }
+
     /// One target, one 16 MiB LUN, one portal group on 127.0.0.1 (port chosen by the kernel).
     pub fn simple(target_extra: &str) -> TestServer {
         TestServer::start(&simple_toml(target_extra))

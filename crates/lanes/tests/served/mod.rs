@@ -36,3 +36,11 @@ pub fn serve_with_env(dir: &Path, portals: &[&str], envs: &[(&str, &OsStr)]) -> 
         .disk(dir, "disk.img", "64M")
         .start()
 }
+
+/// `lanes ARGS...` (a `serve` command line), ready once its banner is out.
+#[allow(dead_code)]
+pub fn serve_with(args: &[&str]) -> Served {
+    let (first, rest) = args.split_first().expect("a serve command line");
+    assert_eq!(*first, "serve", "serve_with takes a serve command line");
+    command().args(rest.iter().copied()).start()
+}

@@ -1,0 +1,88 @@
+//! Portal listeners: binding, the accept loops, and stopping one portal while the server runs.
+
+use crate::server::{Portal, Server};
+use crate::Error;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+/// One listening portal.
+pub struct Listener {
+    /// The address as configured (port 0 and wildcard addresses as written).
+    pub configured: SocketAddr,
+    /// Its portal group and the address actually bound.
+    pub portal: Portal,
+    /// Cancelled to stop accepting on this portal (a child of the server's shutdown token).
+    pub stop: CancellationToken,
+}
+
+impl Listener {
+    /// Whether a connection whose local address is `local` was accepted here: a wildcard
+    /// listener accepts on every address of its port.
+    pub fn accepted(&self, local: SocketAddr) -> bool {
+        let bound = self.portal.addr;
+        bound.port() == local.port()
+            && (bound.ip() == local.ip()
+                || (bound.ip().is_unspecified() && bound.is_ipv4() == local.is_ipv4()))
+    }
+}
+
+/// Binds a portal of group `tpgt`.
+pub async fn bind(tpgt: u16, addr: SocketAddr) -> Result<(Portal, TcpListener), Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    Ok((Portal { tpgt, addr: bound }, listener))
+}
+
+/// Starts accepting on a bound portal.
+pub fn spawn(
+    server: &Arc<Server>,
+    configured: SocketAddr,
+    portal: Portal,
+    listener: TcpListener,
+) -> Listener {
+    let stop = server.shutdown.child_token();
+    tokio::spawn(accept_loop(server.clone(), portal, listener, stop.clone()));
+    Listener {
+        configured,
+        portal,
+        stop,
+    }
+}
+
+async fn accept_loop(
+    server: Arc<Server>,
+    portal: Portal,
+    listener: TcpListener,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => {
+                    // A connection's close token is a child of the portal's: removing the portal
+                    // ends its connections, also those still logging in.
+                    let stop = stop.clone();
+                    tokio::spawn(crate::connection::run(server.clone(), stream, portal, peer, stop));
+                }
+                Err(e) => {
+                    error!(portal = %portal.addr, "accept failed: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            },
+            _ = stop.cancelled() => {
+                if !server.shutdown.is_cancelled() {
+                    info!(portal = %portal.addr, tpgt = portal.tpgt, "portal removed; no longer listening");
+                }
+                return;
+            }
+        }
+    }
+}
