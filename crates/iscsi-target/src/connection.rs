@@ -1,6 +1,7 @@
 //! One TCP connection: login, then the full-feature phase's receive side (command ordering,
 //! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
 
+use crate::limits::Limit;
 use crate::login_phase::ConnectionPolicy;
 use crate::pool::BufferPool;
 use crate::server::{Portal, Server};
@@ -31,9 +32,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use writes::PendingWrite;
 
-/// Longest a login may take before the connection is dropped.
-const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Why reading stopped.
 enum ReadEnd {
     Closed,
@@ -53,7 +51,8 @@ async fn read_pdu(
             Ok(None) => {}
             Err(e) => return Err(ReadEnd::Protocol(e)),
         }
-        buf.reserve(framer.bytes_needed(buf).max(16 * 1024));
+        // Small reads while logging in: a connection that never logs in holds little memory.
+        buf.reserve(framer.bytes_needed(buf).max(1024));
         match rd.read_buf(buf).await {
             Ok(0) => return Err(ReadEnd::Closed),
             Ok(_) => {}
@@ -67,7 +66,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::new();
     let framer = Framer::default();
     let mut login = TargetLogin::new(server.login_defaults());
     let mut policy = ConnectionPolicy {
@@ -78,37 +77,46 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         session: None,
         reinstated: None,
     };
-    let deadline = Instant::now() + LOGIN_TIMEOUT;
+    let limits = &server.limits;
+    let deadline = Instant::now() + limits.config.login_timeout;
+    let mut login_text = crate::limits::LoginText::default();
     let (outcome, cid, stat_sn) = loop {
         let pdu =
             match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
                 Ok(Ok(p)) => p,
                 Ok(Err(_)) => return,
                 Err(_) => {
-                    warn!(%peer, portal = %local, "login timed out");
+                    limits.login_timed_out(peer, local);
                     return;
                 }
             };
         let Pdu::LoginRequest(req) = pdu else {
             // RFC 7143 6.1: only Login Requests are allowed before the login completes.
-            warn!(%peer, portal = %local, "non-login PDU during login; closing");
+            limits.log.hit(peer.ip(), Limit::LoginRefused, || {
+                format!("non-login PDU during login from {peer} on {local}; closing")
+            });
             return;
         };
         policy.cmd_sn = req.cmd_sn;
-        let step = login.handle(&req, &mut policy);
+        let step = match login_text.check(&req, &limits.config) {
+            Ok(()) => login.handle(&req, &mut policy),
+            Err(step) => {
+                limits.log.hit(peer.ip(), Limit::TextSize, || {
+                    format!("login text over text-keys/text-bytes from {peer} on {local}")
+                });
+                step
+            }
+        };
         let (resp, done) = match step {
             LoginStep::Continue(resp) => (resp, None),
             LoginStep::Complete(resp, outcome) => (resp, Some(outcome)),
             LoginStep::Failed(resp, refusal) => {
-                warn!(
-                    initiator = %login_initiator(&req, &login),
-                    %peer,
-                    portal = %local,
-                    reason = %refusal,
-                    "login refused"
-                );
+                limits.log.hit(peer.ip(), Limit::LoginRefused, || {
+                    let initiator = login_initiator(&req, &login);
+                    format!("login refused: {refusal}; initiator {initiator}, peer {peer}, portal {local}")
+                });
                 let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-                let _ = wr.write_all(&bytes).await;
+                let _ = tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await;
                 return;
             }
         };
@@ -120,7 +128,10 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
             }
             let stat_sn = resp.stat_sn.wrapping_add(1);
             let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-            if wr.write_all(&bytes).await.is_err() {
+            if !matches!(
+                tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await,
+                Ok(Ok(()))
+            ) {
                 if let Some(s) = &policy.session {
                     if s.connection_count() == 0 {
                         server.remove_session(s);
@@ -131,8 +142,13 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
             break (outcome, req.cid, stat_sn);
         }
         let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-        if wr.write_all(&bytes).await.is_err() {
-            return;
+        match tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                limits.login_timed_out(peer, local);
+                return;
+            }
         }
     };
     let Some(session) = policy.session.take() else {
@@ -200,6 +216,8 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         ping_outstanding: false,
         local,
         text: TextResponder::new(params.max_xmit_data_segment_length),
+        text_exchange: Default::default(),
+        peer,
         ready: Vec::new(),
         r2ts: Vec::new(),
         pool,
@@ -252,6 +270,9 @@ pub(crate) struct Connection {
     ping_outstanding: bool,
     local: SocketAddr,
     text: TextResponder,
+    /// Requests of the current text exchange, against `limits.text-rounds`.
+    text_exchange: crate::limits::TextExchange,
+    peer: SocketAddr,
     /// Data-In buffers, shared with the writer that returns them.
     pool: Arc<BufferPool>,
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.

@@ -6,6 +6,7 @@
 pub mod config;
 mod connection;
 mod exec;
+mod limits;
 mod login_phase;
 mod pool;
 mod portals;
@@ -110,8 +111,9 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
             .map(|t| (t.config.name.clone(), t.wwids.clone()))
             .collect(),
     };
+    limits::raise_open_files_limit(config.limits.connections);
     let server = Arc::new(server::Server::new(config, targets, portals));
-    let mut tasks = Vec::new();
+    let mut tasks = vec![tokio::spawn(limits::report_loop(server.clone()))];
     for (portal, listener) in listeners {
         let server = server.clone();
         tasks.push(tokio::spawn(accept_loop(server, portal, listener)));
@@ -156,11 +158,19 @@ impl ServerHandle {
 }
 
 async fn accept_loop(server: Arc<server::Server>, portal: Portal, listener: TcpListener) {
+    let open_on_portal = Arc::default();
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
-                    tokio::spawn(connection::run(server.clone(), stream, portal, peer));
+                    // Over a connection limit the socket is closed at once (dropped here).
+                    if let Some(slot) = server.limits.admit(&open_on_portal, peer.ip()) {
+                        let server = server.clone();
+                        tokio::spawn(async move {
+                            connection::run(server, stream, portal, peer).await;
+                            drop(slot);
+                        });
+                    }
                 }
                 Err(e) => {
                     error!(portal = %portal.addr, "accept failed: {e}");

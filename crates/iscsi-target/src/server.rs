@@ -61,6 +61,7 @@ pub struct Server {
     /// Portals with wildcard addresses expanded to this host's addresses, for reporting.
     pub portals: Vec<Portal>,
     pub sessions: Mutex<SessionTable>,
+    pub limits: crate::limits::Limits,
     next_nexus: AtomicU64,
     pub shutdown: CancellationToken,
 }
@@ -72,6 +73,7 @@ impl Server {
         portals: Vec<Portal>,
     ) -> Self {
         Server {
+            limits: crate::limits::Limits::new(config.limits.clone()),
             config,
             targets,
             portals,
@@ -112,6 +114,7 @@ impl Server {
             d.data_digests = digests(&c.data_digest);
             d.target_alias = c.alias.clone();
         }
+        d.queue_depth = self.config.limits.commands_per_session;
         d
     }
 

@@ -39,6 +39,8 @@ struct SessionView {
 #[derive(Serialize)]
 struct StatusView {
     sessions: Vec<SessionView>,
+    /// Accepted connections open now, those still logging in included.
+    open_connections: usize,
 }
 
 fn digest(on: bool) -> &'static str {
@@ -53,6 +55,7 @@ fn snapshot(server: &Server) -> StatusView {
     let mut sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
     sessions.sort_by_key(|s| s.nexus.id);
     StatusView {
+        open_connections: server.limits.open_connections(),
         sessions: sessions
             .iter()
             .map(|s| SessionView {
