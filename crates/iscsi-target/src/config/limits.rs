@@ -203,3 +203,60 @@ pub(super) fn resolve(raw: RawLimits, error: ErrorAt<'_>) -> Result<LimitsConfig
     out.log_interval = duration(&raw.log_interval, "log-interval", out.log_interval)?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServeConfig;
+    use std::path::Path;
+
+    const BASE: &str =
+        "[[target]]\nname = \"iqn.2026-01.test.lanes:t\"\n[[target.lun]]\npath = \"/dev/null\"\n";
+
+    fn parse(limits: &str) -> Result<ServeConfig, ConfigError> {
+        let text = format!("{BASE}[limits]\n{limits}\n");
+        ServeConfig::from_toml_str(&text, Path::new("/etc/lanes/lanes.toml"))
+    }
+
+    #[test]
+    fn defaults_without_the_section() {
+        let text = BASE.to_string();
+        let config = ServeConfig::from_toml_str(&text, Path::new("lanes.toml")).unwrap();
+        assert_eq!(config.limits, LimitsConfig::default());
+        assert_eq!(config.limits.login_timeout, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn every_key_resolves() {
+        let config = parse(
+            "connections = 100\nconnections-per-portal = 50\nsessions-per-initiator = 4\n\
+             login-timeout = \"2s\"\ncommands-per-session = 32\ntext-rounds = 8\n\
+             text-keys = 64\ntext-bytes = \"16K\"\nlog-interval = 10",
+        )
+        .unwrap();
+        let l = config.limits;
+        assert_eq!((l.connections, l.connections_per_portal), (100, 50));
+        assert_eq!(l.sessions_per_initiator, 4);
+        assert_eq!(l.login_timeout, Duration::from_secs(2));
+        assert_eq!((l.commands_per_session, l.text_rounds), (32, 8));
+        assert_eq!((l.text_keys, l.text_bytes), (64, 16384));
+        assert_eq!(l.log_interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, key) in [
+            ("connections = 0", "limits.connections"),
+            ("login-timeout = \"0s\"", "limits.login-timeout"),
+            ("login-timeout = \"soon\"", "limits.login-timeout"),
+            ("commands-per-session = 5000", "limits.commands-per-session"),
+            ("text-keys = 2000", "limits.text-keys"),
+            ("text-bytes = \"1K\"", "limits.text-bytes"),
+            ("log-interval = -1", "limits.log-interval"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.key(), Some(key), "{text}: {err}");
+        }
+        assert!(parse("conections = 5").is_err(), "unknown keys are errors");
+    }
+}

@@ -5,8 +5,8 @@
 use super::{header_of, next_tag, Connection};
 use crate::writer::Outbound;
 use bytes::Bytes;
-use iscsi_proto::pdu::{reject_reason, DataOut, Pdu, R2t, ScsiCommand};
-use iscsi_proto::window::{DataOutTracker, WriteParams};
+use iscsi_proto::pdu::{reject_reason, DataOut, Pdu, R2t, ScsiCommand, RESERVED_TAG};
+use iscsi_proto::window::{DataOutError, DataOutTracker, WriteParams};
 use tracing::debug;
 
 /// Largest data-out a command may announce: twice the 8 MiB block-limits transfer length, so
@@ -89,7 +89,16 @@ impl Connection {
                 // ErrorRecoveryLevel 0 (RFC 7143 7.1.4): reject the PDU and end the command
                 // with an iSCSI sense rather than leave it waiting for data that cannot come.
                 debug!(itt = d.itt, "Data-Out refused: {e}");
-                w.tracker = Err(scsi::Sense::new(0x0b, 0x0c, 0x0d));
+                // RFC 7143 10.4.7.2: unsolicited data beyond what FirstBurstLength and
+                // InitialR2T allow is "unexpected unsolicited data" (0x0c/0x0c); any other
+                // wrong amount is "incorrect amount of data" (0x0c/0x0d).
+                let unexpected = d.ttt == RESERVED_TAG
+                    && matches!(
+                        e,
+                        DataOutError::UnsolicitedNotAllowed | DataOutError::OutsideRange { .. }
+                    );
+                let ascq = if unexpected { 0x0c } else { 0x0d };
+                w.tracker = Err(scsi::Sense::new(0x0b, 0x0c, ascq));
                 w.segments.clear();
                 let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
                 self.reject(e.reject_reason(), &header);

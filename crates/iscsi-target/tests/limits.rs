@@ -1,0 +1,287 @@
+//! `[limits]` over real sockets: the login timeout, connection and session limits, the CmdSN
+//! window, text negotiation bounds, and data beyond the negotiated bursts.
+
+mod support;
+
+use bytes::Bytes;
+use iscsi_proto::pdu::*;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn server_with(limits: &str) -> TestServer {
+    TestServer::start(&format!("{}\n[limits]\n{limits}\n", simple_toml("")))
+}
+
+fn opts_with_isid(last: u8) -> LoginOpts {
+    LoginOpts {
+        isid: [0x80, 0, 0, 0x12, 0x34, last],
+        ..LoginOpts::normal()
+    }
+}
+
+/// A Login Request as bytes, for peers that send it slowly or not at all.
+fn login_request_bytes(keys: &[(String, String)]) -> Vec<u8> {
+    Framer::default().encode_to_vec(&Pdu::LoginRequest(LoginRequest {
+        transit: true,
+        csg: 0,
+        nsg: 1,
+        isid: [0x80, 0, 0, 0, 0, 9],
+        itt: 1,
+        cid: 1,
+        cmd_sn: 1,
+        data: iscsi_proto::text::encode(keys),
+        ..LoginRequest::default()
+    }))
+}
+
+#[test]
+fn silent_and_slow_logins_are_dropped_at_the_login_timeout() {
+    let server = server_with("login-timeout = \"1s\"");
+    let mut established = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let start = Instant::now();
+    let mut silent = Conn::connect(server.addr());
+    let mut slow = Conn::connect(server.addr());
+    let bytes = login_request_bytes(&[("InitiatorName".into(), INITIATOR.into())]);
+    // One byte per 100 ms: a valid Login Request that would take 5 s to arrive. Writes start
+    // failing once the target has closed the connection.
+    let mut slow_closed = None;
+    for b in bytes.iter().cycle() {
+        if slow.stream.write_all(&[*b]).is_err() {
+            slow_closed = Some(start.elapsed());
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "slow login never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (closed, _) = silent.wait_closed(Duration::from_secs(10));
+    let silent_closed = start.elapsed();
+    assert!(closed, "silent connection never dropped");
+    let slow_closed = slow_closed.expect("slow connection dropped");
+    eprintln!("silent dropped after {silent_closed:?}, slow after {slow_closed:?}");
+    assert!(
+        silent_closed >= Duration::from_millis(900),
+        "{silent_closed:?}"
+    );
+    assert!(slow_closed >= Duration::from_millis(900), "{slow_closed:?}");
+    assert!(silent_closed < Duration::from_secs(5), "{silent_closed:?}");
+    assert_eq!(
+        established.tur().0,
+        0,
+        "the established session is untouched"
+    );
+}
+
+#[test]
+fn connections_over_the_portal_limit_are_closed_at_once() {
+    let server = server_with("connections-per-portal = 3");
+    let mut established = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let idle = Conn::connect(server.addr());
+    let _idle2 = Conn::connect(server.addr());
+    let mut over = Conn::connect(server.addr());
+    let started = Instant::now();
+    let (closed, _) = over.wait_closed(Duration::from_secs(5));
+    assert!(closed, "the fourth connection is closed");
+    assert!(started.elapsed() < Duration::from_secs(2), "closed at once");
+    assert_eq!(
+        established.tur().0,
+        0,
+        "the established session keeps working"
+    );
+    // Once a connection ends there is room again.
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = Conn::connect(server.addr());
+        if c.login(&opts_with_isid(2)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room after a connection ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sessions_per_initiator_are_bounded() {
+    let server = server_with("sessions-per-initiator = 2");
+    let _a = Conn::login_to(server.addr(), &opts_with_isid(1));
+    let _b = Conn::login_to(server.addr(), &opts_with_isid(2));
+    let mut c = Conn::connect(server.addr());
+    assert_eq!(
+        c.login(&opts_with_isid(3)).err(),
+        Some(LoginError::Status(0x03, 0x02)),
+        "out of resources"
+    );
+    let other = LoginOpts {
+        initiator: "iqn.2026-01.test.lanes:other".into(),
+        ..opts_with_isid(3)
+    };
+    let _d = Conn::login_to(server.addr(), &other);
+    // Reinstating one of the two (same ISID) is not a third session.
+    let _a2 = Conn::login_to(server.addr(), &opts_with_isid(1));
+}
+
+#[test]
+fn the_cmdsn_window_is_commands_per_session() {
+    let server = server_with("commands-per-session = 8");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    assert_eq!(c.tur().0, 0);
+    let window = c.max_cmd_sn.wrapping_sub(c.exp_cmd_sn).wrapping_add(1);
+    assert_eq!(window, 8, "MaxCmdSN - ExpCmdSN + 1");
+}
+
+#[test]
+fn an_endless_text_exchange_is_reset() {
+    let server = server_with("text-rounds = 4");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let itt = c.itt();
+    for round in 1..=5 {
+        let cmd_sn = c.cmd_sn;
+        c.cmd_sn = c.cmd_sn.wrapping_add(1);
+        c.send(&Pdu::TextRequest(TextRequest {
+            continue_bit: true,
+            itt,
+            ttt: RESERVED_TAG,
+            cmd_sn,
+            exp_stat_sn: c.exp_stat_sn,
+            data: Bytes::from_static(b"X-lanes-pad=abc\0"),
+            ..TextRequest::default()
+        }));
+        let answer = c
+            .wait_for(|p| {
+                matches!(p, Pdu::TextResponse(r) if r.itt == itt) || matches!(p, Pdu::Reject(_))
+            })
+            .expect("an answer");
+        match (round, answer) {
+            (1..=4, Pdu::TextResponse(r)) => assert!(!r.final_bit, "acknowledged, not final"),
+            (5, Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::NEGOTIATION_RESET),
+            (round, other) => panic!("round {round}: {other:?}"),
+        }
+    }
+    assert_eq!(c.tur().0, 0, "the session keeps working");
+    let targets = c.text(b"SendTargets=All\0");
+    assert!(targets
+        .iter()
+        .any(|(k, v)| k == "TargetName" && v == TARGET));
+}
+
+#[test]
+fn a_login_with_too_many_keys_fails() {
+    let server = server_with("text-keys = 16");
+    let mut keys = vec![("InitiatorName".to_string(), INITIATOR.to_string())];
+    keys.extend((0..40).map(|i| (format!("X-lanes-k{i}"), "v".to_string())));
+    let mut c = Conn::connect(server.addr());
+    c.send_raw(&login_request_bytes(&keys)).expect("send");
+    match c.recv_raw(TIMEOUT) {
+        Ok(Pdu::LoginResponse(r)) => {
+            assert_eq!(
+                (r.status_class, r.status_detail),
+                (0x02, 0x00),
+                "initiator error"
+            )
+        }
+        other => panic!("expected a login failure, got {other:?}"),
+    }
+    assert!(c.wait_closed(TIMEOUT).0, "closed after the failure");
+    // Fewer keys log in fine.
+    let _ok = Conn::login_to(server.addr(), &LoginOpts::normal());
+}
+
+/// (sense key, ASC, ASCQ) of a SCSI Response's sense data (after its length prefix).
+fn sense_of(r: &ScsiResponse) -> (u8, u8, u8) {
+    let d = &r.data;
+    assert!(d.len() >= 16, "sense data in {r:?}");
+    (d[4] & 0x0f, d[14], d[15])
+}
+
+#[test]
+fn immediate_data_beyond_first_burst_length_is_unexpected_unsolicited_data() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        first_burst: 16384,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert_eq!(c.first_burst, 16384);
+    let itt = c.itt();
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, 64, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit: true,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: 32768,
+        cmd_sn,
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        data: Bytes::from(pattern(1, 32768)),
+        ..ScsiCommand::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2, "CHECK CONDITION");
+            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.read10(0, 64), vec![0u8; 32768], "nothing written");
+}
+
+#[test]
+fn unsolicited_data_out_beyond_first_burst_length_is_rejected() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        first_burst: 16384,
+        immediate_data: false,
+        initial_r2t: false,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert!(!c.initial_r2t);
+    let itt = c.itt();
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, 128, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit: false,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: 65536,
+        cmd_sn,
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        ..ScsiCommand::default()
+    }));
+    // 32 KiB unsolicited where FirstBurstLength allows 16 KiB.
+    c.send(&Pdu::DataOut(DataOut {
+        final_bit: true,
+        itt,
+        ttt: RESERVED_TAG,
+        exp_stat_sn: c.exp_stat_sn,
+        data: Bytes::from(pattern(2, 32768)),
+        ..DataOut::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::Reject(_))) {
+        Ok(Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::PROTOCOL_ERROR),
+        other => panic!("expected Reject, got {other:?}"),
+    }
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2, "CHECK CONDITION");
+            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.read10(0, 128), vec![0u8; 65536], "nothing written");
+}
