@@ -87,12 +87,10 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
     let mut listeners = Vec::new();
     for group in &config.portal_groups {
         for addr in &group.portals {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind {
-                    addr: *addr,
-                    source,
-                })?;
+            let l = limits::listen(*addr, &config.limits).map_err(|source| Error::Bind {
+                addr: *addr,
+                source,
+            })?;
             let bound = l.local_addr().unwrap_or(*addr);
             listeners.push((
                 Portal {

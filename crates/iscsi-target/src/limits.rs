@@ -16,6 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpSocket};
 use tracing::warn;
 
 /// Sources the log limiter remembers; hits from further sources are only counted.
@@ -341,6 +342,27 @@ pub async fn report_loop(server: Arc<crate::server::Server>) {
             _ = server.shutdown.cancelled() => return,
         }
     }
+}
+
+/// Most connections a listener queues before they are accepted (the kernel caps it further at
+/// `net.core.somaxconn`).
+const MAX_BACKLOG: u32 = 4096;
+
+/// Binds a portal's listener with an accept queue sized for `connections-per-portal`: under a
+/// flood of connects, a short queue makes the kernel drop handshakes, which then complete
+/// seconds later with SYN-ACK retransmits, well after the peer believes it is connected.
+pub fn listen(addr: std::net::SocketAddr, config: &LimitsConfig) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let backlog = u32::try_from(config.connections_per_portal)
+        .unwrap_or(MAX_BACKLOG)
+        .clamp(1024, MAX_BACKLOG);
+    socket.listen(backlog)
 }
 
 /// File descriptors kept free of connections: listeners, LUN files, the status socket, logs.
