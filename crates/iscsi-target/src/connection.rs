@@ -4,6 +4,7 @@
 use crate::limits::Limit;
 use crate::login_phase::ConnectionPolicy;
 use crate::pool::BufferPool;
+use crate::send_queue::{Backlog, OutSender};
 use crate::server::{Portal, Server};
 use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
 use crate::stats::ConnectionStats;
@@ -177,6 +178,8 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         max_recv_data_segment_length: params.max_recv_data_segment_length as usize,
     };
     let (out_tx, out_rx) = mpsc::unbounded_channel();
+    let backlog = Backlog::new(limits.config.send_backlog);
+    let out_tx = OutSender::new(out_tx, backlog.clone());
     let (released_tx, released_rx) = mpsc::unbounded_channel();
     let close = CancellationToken::new();
     session.connections.lock().retain(|c| c.cid != cid);
@@ -199,6 +202,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         stat_sn,
         max_xmit: params.max_xmit_data_segment_length,
         max_burst: session.params.max_burst_length,
+        backlog: backlog.clone(),
     };
     let writer = tokio::spawn(writer.run(out_rx));
     let mut conn = Connection {
@@ -218,6 +222,7 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
         text: TextResponder::new(params.max_xmit_data_segment_length),
         text_exchange: Default::default(),
         peer,
+        backlog,
         ready: Vec::new(),
         r2ts: Vec::new(),
         pool,
@@ -226,7 +231,15 @@ pub async fn run(server: Arc<Server>, stream: TcpStream, portal: Portal, peer: S
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
     conn.abandon_writes();
     drop(conn.out);
-    let _ = writer.await;
+    let mut writer = writer;
+    // A peer that reads nothing keeps the writer waiting forever: give it what is queued up
+    // to the NOP-In timeout, then abandon the socket.
+    if tokio::time::timeout(server.config.nop_timeout, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
     {
         let mut conns = session.connections.lock();
         if let Some(pos) = conns
@@ -261,7 +274,7 @@ pub(crate) struct Connection {
     cid: u16,
     params: ConnectionParams,
     framer: Framer,
-    out: mpsc::UnboundedSender<Outbound>,
+    out: OutSender,
     writes: HashMap<u32, PendingWrite>,
     stats: Arc<ConnectionStats>,
     next_ttt: u32,
@@ -273,6 +286,8 @@ pub(crate) struct Connection {
     /// Requests of the current text exchange, against `limits.text-rounds`.
     text_exchange: crate::limits::TextExchange,
     peer: SocketAddr,
+    /// Responses queued and not yet written: while full, requests are not read.
+    backlog: Arc<Backlog>,
     /// Data-In buffers, shared with the writer that returns them.
     pool: Arc<BufferPool>,
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.
@@ -320,12 +335,14 @@ impl Connection {
                 }
             }
             buf.reserve(self.framer.bytes_needed(&buf).max(64 * 1024));
+            let backlogged = self.backlog.is_full();
             tokio::select! {
-                r = rd.read_buf(&mut buf) => match r {
+                r = rd.read_buf(&mut buf), if !backlogged => match r {
                     Ok(0) => return ReadEnd::Closed,
                     Ok(_) => {}
                     Err(e) => return ReadEnd::Error(e),
                 },
+                _ = self.backlog.drained(), if backlogged => {}
                 Some(r) = released.recv() => {
                     if let Err(end) = self.handle_in_order(r.pdu, true) {
                         return end;
@@ -427,6 +444,19 @@ impl Connection {
             self.reject(reject_reason::PROTOCOL_ERROR, &header);
             return Ok(());
         };
+        if immediate
+            && crate::limits::too_many_immediate(
+                &self.server.limits,
+                &self.session,
+                &pdu,
+                self.peer,
+            )
+        {
+            // RFC 7143 11.17.1: "immediate command reject - too many immediate commands".
+            let header = header_of(&pdu, &self.framer);
+            self.reject(reject_reason::IMMEDIATE_COMMAND_REJECT, &header);
+            return Ok(());
+        }
         if let Pdu::ScsiCommand(c) = &pdu {
             self.stats.commands.fetch_add(1, Ordering::Relaxed);
             if c.write && c.expected_data_length > 0 {

@@ -10,6 +10,7 @@ mod limits;
 mod login_phase;
 mod pool;
 mod portals;
+mod send_queue;
 mod server;
 mod session;
 mod stats;

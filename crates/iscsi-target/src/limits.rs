@@ -39,6 +39,8 @@ pub enum Limit {
     TextSize,
     /// A login the target refused (bad name, ACL, CHAP, protocol error).
     LoginRefused,
+    /// Immediate commands beyond `commands-per-session` outside the window.
+    ImmediateCommands,
 }
 
 impl Limit {
@@ -52,6 +54,7 @@ impl Limit {
             Limit::TextRounds => "text-rounds",
             Limit::TextSize => "text-keys",
             Limit::LoginRefused => "login-refused",
+            Limit::ImmediateCommands => "immediate-commands",
         }
     }
 }
@@ -164,6 +167,31 @@ pub fn check_sessions(
         format!("{initiator} holds {max} sessions; login from {peer} refused")
     });
     Err(LoginRefusal::OutOfResources)
+}
+
+/// Immediate SCSI commands take no CmdSN slot (RFC 7143 3.2.2.1), so the window does not bound
+/// them: a session may have at most `commands-per-session` tasks beyond its window in flight.
+/// One atomic load, and only for immediate commands.
+pub fn too_many_immediate(
+    limits: &Limits,
+    session: &crate::session::Session,
+    pdu: &iscsi_proto::pdu::Pdu,
+    peer: SocketAddr,
+) -> bool {
+    if !matches!(pdu, iscsi_proto::pdu::Pdu::ScsiCommand(_)) {
+        return false;
+    }
+    let window = usize::try_from(limits.config.commands_per_session).unwrap_or(usize::MAX);
+    if session.tasks_in_flight() < window.saturating_mul(2) {
+        return false;
+    }
+    limits.log.hit(peer.ip(), Limit::ImmediateCommands, || {
+        format!(
+            "{peer} has {} tasks in flight; immediate command rejected",
+            window * 2
+        )
+    });
+    true
 }
 
 /// Key text received over one login, checked against `text-keys` and `text-bytes` before the

@@ -304,6 +304,11 @@ impl Session {
         }
     }
 
+    /// Tasks registered and not yet ended, immediate ones included.
+    pub fn tasks_in_flight(&self) -> usize {
+        self.inflight.load(Ordering::Acquire)
+    }
+
     pub fn connection_count(&self) -> usize {
         self.connections.lock().len()
     }

@@ -285,3 +285,126 @@ fn unsolicited_data_out_beyond_first_burst_length_is_rejected() {
     }
     assert_eq!(c.read10(0, 128), vec![0u8; 65536], "nothing written");
 }
+
+#[test]
+fn immediate_commands_beyond_the_window_are_rejected() {
+    let server = server_with("commands-per-session = 2");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    // Immediate writes whose data never comes stay in flight; 2 x commands-per-session may.
+    for n in 0..5u32 {
+        let itt = c.itt();
+        let mut cdb = [0u8; 16];
+        cdb[..10].copy_from_slice(&cdb_write10(n * 8, 1, 0));
+        c.send(&Pdu::ScsiCommand(ScsiCommand {
+            immediate: true,
+            final_bit: true,
+            write: true,
+            attr: task_attr::SIMPLE,
+            itt,
+            expected_data_length: 512,
+            cmd_sn: c.cmd_sn,
+            exp_stat_sn: c.exp_stat_sn,
+            cdb,
+            ..ScsiCommand::default()
+        }));
+        let answer = c
+            .wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt) || matches!(p, Pdu::Reject(_)))
+            .expect("an answer");
+        match (n, answer) {
+            (0..=3, Pdu::R2t(_)) => {}
+            (4, Pdu::Reject(r)) => {
+                assert_eq!(r.reason, reject_reason::IMMEDIATE_COMMAND_REJECT)
+            }
+            (n, other) => panic!("command {n}: {other:?}"),
+        }
+    }
+}
+
+/// Commands the server has read on the session's first connection (its status socket).
+fn commands_read(server: &TestServer) -> u64 {
+    use std::io::{BufRead, BufReader};
+    let mut s = std::os::unix::net::UnixStream::connect(server.status_socket()).expect("status");
+    s.write_all(b"{\"cmd\":\"status\"}\n").expect("request");
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).expect("reply");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    v["sessions"][0]["connections"][0]["commands"]
+        .as_u64()
+        .expect("commands")
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A peer that sends READs and never reads the answers: the CmdSN window reopens as answers are
+/// queued, so without `send-backlog` the target would queue them without bound. It stops
+/// reading that connection instead, and memory stays bounded.
+#[test]
+fn a_peer_that_reads_nothing_stops_being_read() {
+    const COMMANDS: u32 = 20_000;
+    const BLOCKS: u16 = 64; // 32 KiB each: 625 MiB if every answer were queued
+    let server = server_with("send-backlog = \"1M\"\ncommands-per-session = 16");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    let before = rss_kib();
+    c.stream
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .expect("write timeout");
+    let mut batch = Vec::new();
+    let mut sent = 0u32;
+    'send: while sent < COMMANDS {
+        batch.clear();
+        for _ in 0..500 {
+            let itt = c.itt();
+            let mut cdb = [0u8; 16];
+            cdb[..10].copy_from_slice(&cdb_read10(u32::from(BLOCKS) * (sent % 256), BLOCKS));
+            batch.extend(c.framer.encode_to_vec(&Pdu::ScsiCommand(ScsiCommand {
+                final_bit: true,
+                read: true,
+                attr: task_attr::SIMPLE,
+                itt,
+                expected_data_length: u32::from(BLOCKS) * 512,
+                cmd_sn: c.cmd_sn,
+                exp_stat_sn: c.exp_stat_sn,
+                cdb,
+                ..ScsiCommand::default()
+            })));
+            c.cmd_sn = c.cmd_sn.wrapping_add(1);
+            sent += 1;
+        }
+        if c.stream.write_all(&batch).is_err() {
+            break 'send; // the target stopped reading and the socket buffers are full
+        }
+    }
+    // Wait until the target has stopped reading (its count holds still), with a deadline.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut read = commands_read(&server);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = commands_read(&server);
+        if now == read || u64::from(COMMANDS) == now {
+            break;
+        }
+        read = now;
+        assert!(Instant::now() < deadline, "the target never stopped reading");
+    }
+    let grown = rss_kib().saturating_sub(before);
+    eprintln!("sent {sent} READs, the target read {read}; RSS grew by {grown} KiB");
+    assert!(read < u64::from(COMMANDS), "the target read every command");
+    assert!(grown < 128 * 1024, "RSS grew by {grown} KiB");
+    // Another session is served meanwhile.
+    let mut other = Conn::login_to(server.addr(), &opts_with_isid(7));
+    assert_eq!(other.tur().0, 0);
+}

@@ -12,6 +12,7 @@
 //! text-rounds = 64                # Text Request PDUs in one text exchange (C bit pieces)
 //! text-keys = 256                 # key=value pairs in one login or text request
 //! text-bytes = "64K"              # key text of one login or text request
+//! send-backlog = "16M"            # responses queued for a peer that does not read them
 //! log-interval = "60s"            # a limit hit is logged once per source and limit per interval
 //! ```
 
@@ -33,6 +34,7 @@ pub mod defaults {
     pub const TEXT_ROUNDS: u32 = 64;
     pub const TEXT_KEYS: usize = 256;
     pub const TEXT_BYTES: usize = 64 * 1024;
+    pub const SEND_BACKLOG: usize = 16 << 20;
     pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
 }
 
@@ -55,6 +57,9 @@ pub struct LimitsConfig {
     pub text_keys: usize,
     /// Bytes of key text one login or text request may carry.
     pub text_bytes: usize,
+    /// Bytes of responses queued on one connection beyond which its requests are not read
+    /// until the peer has read some.
+    pub send_backlog: usize,
     /// A limit hit is logged once per source address and limit in this interval, with a count.
     pub log_interval: Duration,
 }
@@ -71,6 +76,7 @@ impl Default for LimitsConfig {
             text_rounds: d::TEXT_ROUNDS,
             text_keys: d::TEXT_KEYS,
             text_bytes: d::TEXT_BYTES,
+            send_backlog: d::SEND_BACKLOG,
             log_interval: d::LOG_INTERVAL,
         }
     }
@@ -90,6 +96,7 @@ pub(super) struct RawLimits {
     text_rounds: Option<Spanned<i64>>,
     text_keys: Option<Spanned<i64>>,
     text_bytes: Option<Spanned<NumberOrText>>,
+    send_backlog: Option<Spanned<NumberOrText>>,
     log_interval: Option<Spanned<NumberOrText>>,
 }
 
@@ -200,6 +207,19 @@ pub(super) fn resolve(raw: RawLimits, error: ErrorAt<'_>) -> Result<LimitsConfig
             .filter(|b| (8192..=64 * 1024).contains(b))
             .ok_or_else(|| error(value.span(), key, "must be 8K..=64K (RFC 7143 6.1)".into()))?;
     }
+    if let Some(value) = &raw.send_backlog {
+        let key = "limits.send-backlog";
+        let bytes = match value.get_ref() {
+            NumberOrText::Number(n) => u64::try_from(*n).ok(),
+            NumberOrText::Text(text) => {
+                Some(parse_size(text).map_err(|reason| error(value.span(), key, reason))?)
+            }
+        };
+        out.send_backlog = bytes
+            .and_then(|b| usize::try_from(b).ok())
+            .filter(|b| (64 * 1024..=1 << 30).contains(b))
+            .ok_or_else(|| error(value.span(), key, "must be 64K..=1G".into()))?;
+    }
     out.log_interval = duration(&raw.log_interval, "log-interval", out.log_interval)?;
     Ok(out)
 }
@@ -231,7 +251,7 @@ mod tests {
         let config = parse(
             "connections = 100\nconnections-per-portal = 50\nsessions-per-initiator = 4\n\
              login-timeout = \"2s\"\ncommands-per-session = 32\ntext-rounds = 8\n\
-             text-keys = 64\ntext-bytes = \"16K\"\nlog-interval = 10",
+             text-keys = 64\ntext-bytes = \"16K\"\nlog-interval = 10\nsend-backlog = \"1M\"",
         )
         .unwrap();
         let l = config.limits;
@@ -241,6 +261,7 @@ mod tests {
         assert_eq!((l.commands_per_session, l.text_rounds), (32, 8));
         assert_eq!((l.text_keys, l.text_bytes), (64, 16384));
         assert_eq!(l.log_interval, Duration::from_secs(10));
+        assert_eq!(l.send_backlog, 1 << 20);
     }
 
     #[test]
