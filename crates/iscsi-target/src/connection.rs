@@ -546,6 +546,7 @@ impl Connection {
         let itt = c.itt;
         if let Some(w) = self.writes.get_mut(&itt) {
             w.command = Some(c);
+            self.issue_r2ts(itt);
             self.try_execute_write(itt);
             return;
         }

@@ -398,7 +398,10 @@ fn a_peer_that_reads_nothing_stops_being_read() {
             break;
         }
         read = now;
-        assert!(Instant::now() < deadline, "the target never stopped reading");
+        assert!(
+            Instant::now() < deadline,
+            "the target never stopped reading"
+        );
     }
     let grown = rss_kib().saturating_sub(before);
     eprintln!("sent {sent} READs, the target read {read}; RSS grew by {grown} KiB");
@@ -407,4 +410,61 @@ fn a_peer_that_reads_nothing_stops_being_read() {
     // Another session is served meanwhile.
     let mut other = Conn::login_to(server.addr(), &opts_with_isid(7));
     assert_eq!(other.tur().0, 0);
+}
+
+/// Data is solicited only for a write whose CmdSN turn has come: behind a gap in CmdSN order a
+/// peer cannot make the target collect the data of a whole window of writes.
+#[test]
+fn no_r2t_before_the_command_turn() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    let gap = c.cmd_sn;
+    let itt = c.itt();
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, 8, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit: true,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: 4096,
+        cmd_sn: gap.wrapping_add(1),
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        ..ScsiCommand::default()
+    }));
+    // A NOP-Out answered proves the write has been read and is parked behind the gap.
+    let ping_itt = c.itt();
+    c.send(&Pdu::NopOut(NopOut {
+        immediate: true,
+        itt: ping_itt,
+        ttt: RESERVED_TAG,
+        cmd_sn: gap,
+        exp_stat_sn: c.exp_stat_sn,
+        ..NopOut::default()
+    }));
+    match c
+        .wait_for(|p| matches!(p, Pdu::NopIn(n) if n.itt == ping_itt) || matches!(p, Pdu::R2t(_)))
+    {
+        Ok(Pdu::NopIn(_)) => {}
+        other => panic!("expected only the ping's answer, got {other:?}"),
+    }
+    // Filling the gap releases the write, which is then solicited.
+    let fill_itt = c.itt();
+    c.send(&Pdu::NopOut(NopOut {
+        itt: fill_itt,
+        ttt: RESERVED_TAG,
+        cmd_sn: gap,
+        exp_stat_sn: c.exp_stat_sn,
+        ..NopOut::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt)) {
+        Ok(Pdu::R2t(r)) => assert_eq!(r.desired_length, 4096),
+        other => panic!("expected the R2T, got {other:?}"),
+    }
 }

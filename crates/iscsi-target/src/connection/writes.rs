@@ -65,8 +65,9 @@ impl Connection {
             command: None,
             lun: c.lun,
         };
+        // No R2T yet: data is solicited only once the command's CmdSN turn has come (see
+        // `issue_r2ts`).
         self.writes.insert(c.itt, write);
-        self.issue_r2ts(c.itt);
     }
 
     pub(super) fn data_out(&mut self, d: &DataOut) {
@@ -111,10 +112,14 @@ impl Connection {
     }
 
     /// Sends the R2Ts a write may have outstanding now (MaxOutstandingR2T, RFC 7143 13.17).
-    fn issue_r2ts(&mut self, itt: u32) {
+    /// Only writes whose CmdSN turn has come are solicited: a peer that leaves a gap in CmdSN
+    /// order cannot make the target collect data for the whole window behind it (only the
+    /// unsolicited FirstBurstLength of each).
+    pub(super) fn issue_r2ts(&mut self, itt: u32) {
         let Some(PendingWrite {
             tracker: Ok(tracker),
             lun,
+            command: Some(_),
             ..
         }) = self.writes.get_mut(&itt)
         else {
