@@ -1,6 +1,9 @@
 //! The abusive peers of `abuse.rs`: a thread that opens idle connections and one-byte-a-second
 //! logins against a portal, holds them until the server drops them (watching all with one
-//! `poll` per tick), and samples the server's RSS meanwhile.
+//! `poll` per tick), and samples the server's RSS meanwhile; `process` runs it in a child
+//! process of its own session.
+
+pub mod process;
 
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{ErrorKind, Write};
@@ -16,6 +19,8 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct HoldReport {
     pub lifetimes: Vec<Duration>,
     pub still_open: usize,
+    /// From the hold command to the last connection open.
+    pub opening: Duration,
 }
 
 /// Totals over the abuser's life.
@@ -33,6 +38,7 @@ enum Mode {
         deadline: Instant,
         lifetimes: Vec<Duration>,
         report: mpsc::Sender<HoldReport>,
+        opening: Duration,
     },
 }
 
@@ -127,11 +133,13 @@ fn run(
         match commands.recv_timeout(TICK) {
             Ok(Command(within, report)) => {
                 peers.clear();
+                let started = Instant::now();
                 open(portal, idle, slow, &mut peers, &mut stats);
                 mode = Mode::Hold {
                     deadline: Instant::now() + within,
                     lifetimes: Vec::new(),
                     report,
+                    opening: started.elapsed(),
                 };
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -156,12 +164,16 @@ fn run(
         match &mode {
             Mode::Hold { deadline, .. } if peers.is_empty() || Instant::now() >= *deadline => {
                 if let Mode::Hold {
-                    lifetimes, report, ..
+                    lifetimes,
+                    report,
+                    opening,
+                    ..
                 } = std::mem::replace(&mut mode, Mode::Off)
                 {
                     let _ = report.send(HoldReport {
                         lifetimes,
                         still_open: peers.len(),
+                        opening,
                     });
                 }
                 peers.clear();
