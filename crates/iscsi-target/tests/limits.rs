@@ -468,3 +468,45 @@ fn no_r2t_before_the_command_turn() {
         other => panic!("expected the R2T, got {other:?}"),
     }
 }
+
+/// A login that never moves on (T=0 for ever) fails after 16 Login Requests (the protocol
+/// crate's `MAX_LOGIN_PDUS`), long before the login timeout.
+#[test]
+fn an_endless_login_negotiation_fails() {
+    let server = TestServer::simple("");
+    let mut c = Conn::connect(server.addr());
+    let mut keys = vec![
+        ("InitiatorName".to_string(), INITIATOR.to_string()),
+        ("SessionType".to_string(), "Normal".to_string()),
+        ("TargetName".to_string(), TARGET.to_string()),
+        ("AuthMethod".to_string(), "None".to_string()),
+    ];
+    let started = Instant::now();
+    for n in 1..=20 {
+        c.send(&Pdu::LoginRequest(LoginRequest {
+            csg: 0,
+            isid: [0x80, 0, 0, 0, 0, 9],
+            itt: 1,
+            cid: 1,
+            cmd_sn: 1,
+            exp_stat_sn: c.exp_stat_sn,
+            data: iscsi_proto::text::encode(&keys),
+            ..LoginRequest::default()
+        }));
+        keys.truncate(0);
+        match c.recv_raw(TIMEOUT) {
+            Ok(Pdu::LoginResponse(r)) if r.status_class == 0 => {
+                c.exp_stat_sn = r.stat_sn.wrapping_add(1);
+                assert!(n < 17, "login PDU {n} still accepted");
+            }
+            Ok(Pdu::LoginResponse(r)) => {
+                assert_eq!((r.status_class, r.status_detail), (0x02, 0x00), "PDU {n}");
+                assert_eq!(n, 17, "fails at the 17th PDU");
+                assert!(started.elapsed() < Duration::from_secs(5));
+                return;
+            }
+            other => panic!("PDU {n}: {other:?}"),
+        }
+    }
+    panic!("the login never failed");
+}
