@@ -57,7 +57,8 @@ impl Drop for Served {
     }
 }
 
-fn serve(dir: &Path) -> Served {
+/// `lanes serve` with the login timeout and `connections-per-portal = per_portal`.
+fn serve(dir: &Path, per_portal: usize) -> Served {
     let status_socket = dir.join("lanes.sock");
     let config = format!(
         r#"
@@ -79,7 +80,7 @@ size = {LUN_BYTES}
 [limits]
 login-timeout = "{timeout}s"
 connections = 3000
-connections-per-portal = 3000
+connections-per-portal = {per_portal}
 "#,
         dir = dir.display(),
         timeout = LOGIN_TIMEOUT.as_secs(),
@@ -230,7 +231,7 @@ fn median(v: &[f64]) -> f64 {
 fn normal_session_keeps_its_throughput_under_connection_abuse() {
     raise_open_files(u64::try_from(IDLE + SLOW).expect("count") + 512);
     let dir = tempfile::tempdir().expect("tempdir");
-    let served = serve(dir.path());
+    let served = serve(dir.path(), 3000);
     let pid = served.child.id();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -355,6 +356,55 @@ fn normal_session_keeps_its_throughput_under_connection_abuse() {
         let session = Arc::into_inner(session).expect("workers ended");
         session.logout().await.expect("logout");
     });
+}
+
+/// The same flood against a portal that takes 1,000 connections: the other 1,200 are closed as
+/// soon as they are accepted, the 1,000 at the login timeout, and each limit is logged once.
+#[test]
+fn a_flood_over_the_portal_limit_is_closed_at_once_and_logged_once() {
+    const PER_PORTAL: usize = 1000;
+    raise_open_files(u64::try_from(IDLE + SLOW).expect("count") + 512);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = serve(dir.path(), PER_PORTAL);
+    let abuser = abuser::Abuser::start(served.portal, served.child.id(), IDLE, SLOW);
+    let report = abuser
+        .hold(LOGIN_TIMEOUT + Duration::from_secs(20))
+        .recv_timeout(LOGIN_TIMEOUT + Duration::from_secs(60))
+        .expect("hold report");
+    wait_open_connections(&served.status_socket, 0, Duration::from_secs(30));
+    let stats = abuser.stop();
+    let (timed_out, refused): (Vec<Duration>, Vec<Duration>) =
+        report.lifetimes.iter().partition(|d| **d >= LOGIN_TIMEOUT);
+    let log = served.log.lock().expect("log").clone();
+    let lines = |limit: &str| {
+        log.iter()
+            .filter(|l| l.contains(&format!("limit={limit}")) && l.contains("source=127.0.0.1"))
+            .count()
+    };
+    eprintln!(
+        "{} refused within {:?}, {} dropped at the login timeout ({:?}..{:?}); server RSS at most {} KiB; log: {} connections-per-portal line(s), {} login-timeout line(s), {} line(s) in all",
+        refused.len(),
+        refused.iter().max().copied().unwrap_or_default(),
+        timed_out.len(),
+        timed_out.iter().min().copied().unwrap_or_default(),
+        timed_out.iter().max().copied().unwrap_or_default(),
+        stats.max_rss_kib,
+        lines("connections-per-portal"),
+        lines("login-timeout"),
+        log.len()
+    );
+    assert_eq!(report.still_open, 0);
+    assert_eq!(timed_out.len(), PER_PORTAL, "held until the login timeout");
+    assert_eq!(refused.len(), IDLE + SLOW - PER_PORTAL, "closed at once");
+    assert!(
+        timed_out
+            .iter()
+            .all(|d| *d < LOGIN_TIMEOUT + Duration::from_secs(5)),
+        "dropped long after the login timeout"
+    );
+    assert_eq!(lines("connections-per-portal"), 1, "{log:#?}");
+    assert_eq!(lines("login-timeout"), 1, "{log:#?}");
+    assert!(!log.iter().any(|l| l.contains("panicked")));
 }
 
 /// Not a test: the abuser process `abuser::process` starts (this binary, with its environment
