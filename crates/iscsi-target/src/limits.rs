@@ -44,6 +44,22 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// Every limit, in the order of `LimitLog`'s counters.
+    pub const ALL: [Limit; 8] = [
+        Limit::Connections,
+        Limit::PortalConnections,
+        Limit::LoginTimeout,
+        Limit::Sessions,
+        Limit::TextRounds,
+        Limit::TextSize,
+        Limit::LoginRefused,
+        Limit::ImmediateCommands,
+    ];
+
+    fn index(self) -> usize {
+        Limit::ALL.iter().position(|l| *l == self).unwrap_or(0)
+    }
+
     /// The name used in log lines: the configuration key, where there is one.
     pub fn name(self) -> &'static str {
         match self {
@@ -275,6 +291,8 @@ pub struct LimitLog {
     windows: Mutex<HashMap<(IpAddr, Limit), Window>>,
     /// Hits from sources beyond `MAX_TRACKED_SOURCES`, reported by `report`.
     untracked: AtomicU64,
+    /// Every hit since start, per limit (`Limit::ALL` order), for status and metrics.
+    hits: [AtomicU64; Limit::ALL.len()],
 }
 
 impl LimitLog {
@@ -283,13 +301,25 @@ impl LimitLog {
             interval,
             windows: Mutex::new(HashMap::new()),
             untracked: AtomicU64::new(0),
+            hits: Default::default(),
         }
+    }
+
+    /// Hits of every limit since start.
+    pub fn totals(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
+        Limit::ALL
+            .iter()
+            .zip(&self.hits)
+            .map(|(l, n)| (*l, n.load(Ordering::Relaxed)))
     }
 
     /// Records a hit of `limit` by `source`. The first hit of an interval is logged with
     /// `detail`; the others are counted and reported by `report` when the interval ends.
     /// Returns whether this hit was logged.
     pub fn hit(&self, source: IpAddr, limit: Limit, detail: impl FnOnce() -> String) -> bool {
+        if let Some(n) = self.hits.get(limit.index()) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
         let now = Instant::now();
         let mut windows = self.windows.lock();
         if let Some(w) = windows.get_mut(&(source, limit)) {
@@ -356,6 +386,25 @@ impl LimitLog {
                 "limit hit {untracked} times by sources beyond the {MAX_TRACKED_SOURCES} tracked"
             );
         }
+    }
+}
+
+/// The Prometheus lines of the limits: open connections and hits per limit.
+pub fn write_metrics(limits: &Limits, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP lanes_open_connections Accepted connections, login phase included.\n\
+         # TYPE lanes_open_connections gauge\nlanes_open_connections {}",
+        limits.open_connections()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP lanes_limit_hits_total Connections, logins and requests refused or dropped by a limit.\n\
+         # TYPE lanes_limit_hits_total counter"
+    );
+    for (limit, n) in limits.log.totals() {
+        let _ = writeln!(out, "lanes_limit_hits_total{{limit=\"{limit}\"}} {n}");
     }
 }
 
@@ -438,6 +487,12 @@ mod tests {
         assert!(log.hit(a, Limit::Connections, String::new));
         let w = log.windows.lock();
         assert_eq!(w[&(a, Limit::LoginTimeout)].unreported, 999);
+        drop(w);
+        let totals: Vec<_> = log.totals().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(
+            totals,
+            vec![(Limit::Connections, 1), (Limit::LoginTimeout, 1001)]
+        );
     }
 
     #[test]

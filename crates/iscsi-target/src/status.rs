@@ -41,6 +41,8 @@ struct StatusView {
     sessions: Vec<SessionView>,
     /// Accepted connections open now, those still logging in included.
     open_connections: usize,
+    /// Hits of each `[limits]` bound since start.
+    limit_hits: std::collections::BTreeMap<&'static str, u64>,
 }
 
 fn digest(on: bool) -> &'static str {
@@ -56,6 +58,12 @@ fn snapshot(server: &Server) -> StatusView {
     sessions.sort_by_key(|s| s.nexus.id);
     StatusView {
         open_connections: server.limits.open_connections(),
+        limit_hits: server
+            .limits
+            .log
+            .totals()
+            .map(|(l, n)| (l.name(), n))
+            .collect(),
         sessions: sessions
             .iter()
             .map(|s| SessionView {
@@ -142,6 +150,7 @@ fn metrics_text(server: &Server) -> String {
         "# HELP lanes_sessions Logged-in iSCSI sessions.\n# TYPE lanes_sessions gauge"
     );
     let _ = writeln!(out, "lanes_sessions {}", view.sessions.len());
+    crate::limits::write_metrics(&server.limits, &mut out);
     for (name, help) in [
         ("commands", "SCSI commands received"),
         ("bytes_in", "Bytes received"),

@@ -133,8 +133,8 @@ connections-per-portal = {per_portal}
     }
 }
 
-/// The server's count of open connections (login phase included), from its status socket.
-fn open_connections(socket: &Path) -> u64 {
+/// The server's status reply.
+fn status(socket: &Path) -> serde_json::Value {
     let mut s = UnixStream::connect(socket).expect("status socket");
     s.write_all(b"{\"cmd\":\"status\"}\n")
         .expect("status request");
@@ -142,8 +142,14 @@ fn open_connections(socket: &Path) -> u64 {
     BufReader::new(s)
         .read_line(&mut line)
         .expect("status reply");
-    let v: serde_json::Value = serde_json::from_str(&line).expect("status JSON");
-    v["open_connections"].as_u64().expect("open_connections")
+    serde_json::from_str(&line).expect("status JSON")
+}
+
+/// The server's count of open connections (login phase included).
+fn open_connections(socket: &Path) -> u64 {
+    status(socket)["open_connections"]
+        .as_u64()
+        .expect("open_connections")
 }
 
 /// Waits until the server holds exactly `want` connections.
@@ -405,6 +411,9 @@ fn a_flood_over_the_portal_limit_is_closed_at_once_and_logged_once() {
             .all(|d| *d < LOGIN_TIMEOUT + Duration::from_secs(5)),
         "dropped long after the login timeout"
     );
+    let hits = &status(&served.status_socket)["limit_hits"];
+    assert_eq!(hits["connections-per-portal"], 1200, "{hits}");
+    assert_eq!(hits["login-timeout"], 1000, "{hits}");
     assert_eq!(lines("connections-per-portal"), 1, "{log:#?}");
     assert_eq!(lines("login-timeout"), 1, "{log:#?}");
     assert!(!log.iter().any(|l| l.contains("panicked")));
