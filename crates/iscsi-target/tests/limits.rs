@@ -510,3 +510,91 @@ fn an_endless_login_negotiation_fails() {
     }
     panic!("the login never failed");
 }
+
+#[test]
+fn immediate_data_when_immediate_data_is_no_is_unexpected_unsolicited_data() {
+    let server = TestServer::simple("immediate-data = false");
+    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
+    assert!(!c.immediate_data, "ImmediateData=No negotiated");
+    let itt = c.itt();
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, 8, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit: true,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: 4096,
+        cmd_sn,
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        data: Bytes::from(pattern(3, 4096)),
+        ..ScsiCommand::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2, "CHECK CONDITION");
+            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.read10(0, 8), vec![0u8; 4096], "nothing written");
+}
+
+/// A Data-Out beyond the burst an R2T asked for (MaxBurstLength bounds every R2T) is rejected
+/// and its command ends with "incorrect amount of data".
+#[test]
+fn data_out_beyond_the_solicited_burst_is_rejected() {
+    let server = TestServer::simple("");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        max_burst: 8192,
+        ..LoginOpts::normal()
+    };
+    let mut c = Conn::login_to(server.addr(), &opts);
+    assert_eq!(c.max_burst, 8192);
+    let itt = c.itt();
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, 64, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit: true,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: 32768,
+        cmd_sn,
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        ..ScsiCommand::default()
+    }));
+    let r2t = match c.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt)) {
+        Ok(Pdu::R2t(r)) => r,
+        other => panic!("expected an R2T, got {other:?}"),
+    };
+    assert!(r2t.desired_length <= 8192, "R2T within MaxBurstLength");
+    c.send(&Pdu::DataOut(DataOut {
+        final_bit: true,
+        itt,
+        ttt: r2t.ttt,
+        exp_stat_sn: c.exp_stat_sn,
+        buffer_offset: r2t.buffer_offset,
+        data: Bytes::from(pattern(4, 16384)),
+        ..DataOut::default()
+    }));
+    match c.wait_for(|p| matches!(p, Pdu::Reject(_))) {
+        Ok(Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::PROTOCOL_ERROR),
+        other => panic!("expected Reject, got {other:?}"),
+    }
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2, "CHECK CONDITION");
+            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0d));
+        }
+        other => panic!("{other:?}"),
+    }
+}
