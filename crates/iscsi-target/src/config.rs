@@ -19,6 +19,7 @@ mod cli;
 mod error;
 pub mod file;
 mod identity;
+mod limits;
 mod name;
 mod show;
 mod units;
@@ -32,6 +33,7 @@ pub use chap::{ChapAlgorithm, ChapConfig, Secret};
 pub use cli::{default_target_name, parse_portal, CliOverrides, LunSpec};
 pub use error::ConfigError;
 pub use identity::{default_serial, naa_id, wwid_string, NAA_COMPANY_ID};
+pub use limits::{defaults as limit_defaults, LimitsConfig, MAX_COMMANDS_PER_SESSION};
 pub use name::validate_iscsi_name;
 pub use units::{parse_duration, parse_size};
 
@@ -65,6 +67,8 @@ pub struct ServeConfig {
     pub nop_timeout: Duration,
     /// Where default backing files and runtime state live.
     pub data_dir: PathBuf,
+    /// Bounds on what peers can make the server hold (`[limits]`).
+    pub limits: LimitsConfig,
 }
 
 /// A target portal group: a set of portals sharing one TPGT, which is also the ALUA target port

@@ -1,8 +1,10 @@
 //! One TCP connection: login, then the full-feature phase's receive side (command ordering,
 //! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
 
+use crate::limits::Limit;
 use crate::login_phase::ConnectionPolicy;
 use crate::pool::BufferPool;
+use crate::send_queue::{Backlog, OutSender};
 use crate::server::{Portal, Server};
 use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
 use crate::stats::ConnectionStats;
@@ -31,9 +33,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use writes::PendingWrite;
 
-/// Longest a login may take before the connection is dropped.
-const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Why reading stopped.
 enum ReadEnd {
     Closed,
@@ -53,7 +52,8 @@ async fn read_pdu(
             Ok(None) => {}
             Err(e) => return Err(ReadEnd::Protocol(e)),
         }
-        buf.reserve(framer.bytes_needed(buf).max(16 * 1024));
+        // Small reads while logging in: a connection that never logs in holds little memory.
+        buf.reserve(framer.bytes_needed(buf).max(1024));
         match rd.read_buf(buf).await {
             Ok(0) => return Err(ReadEnd::Closed),
             Ok(_) => {}
@@ -73,7 +73,7 @@ pub async fn run(
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::new();
     let framer = Framer::default();
     let mut login = TargetLogin::new(server.login_defaults());
     let mut policy = ConnectionPolicy {
@@ -85,37 +85,46 @@ pub async fn run(
         reinstated: None,
         authorized_with: None,
     };
-    let deadline = Instant::now() + LOGIN_TIMEOUT;
+    let limits = &server.limits;
+    let deadline = Instant::now() + limits.config.login_timeout;
+    let mut login_text = crate::limits::LoginText::default();
     let (outcome, cid, stat_sn) = loop {
         let pdu =
             match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
                 Ok(Ok(p)) => p,
                 Ok(Err(_)) => return,
                 Err(_) => {
-                    warn!(%peer, portal = %local, "login timed out");
+                    limits.login_timed_out(peer, local);
                     return;
                 }
             };
         let Pdu::LoginRequest(req) = pdu else {
             // RFC 7143 6.1: only Login Requests are allowed before the login completes.
-            warn!(%peer, portal = %local, "non-login PDU during login; closing");
+            limits.log.hit(peer.ip(), Limit::LoginRefused, || {
+                format!("non-login PDU during login from {peer} on {local}; closing")
+            });
             return;
         };
         policy.cmd_sn = req.cmd_sn;
-        let step = login.handle(&req, &mut policy);
+        let step = match login_text.check(&req, &limits.config) {
+            Ok(()) => login.handle(&req, &mut policy),
+            Err(step) => {
+                limits.log.hit(peer.ip(), Limit::TextSize, || {
+                    format!("login text over text-keys/text-bytes from {peer} on {local}")
+                });
+                step
+            }
+        };
         let (resp, done) = match step {
             LoginStep::Continue(resp) => (resp, None),
             LoginStep::Complete(resp, outcome) => (resp, Some(outcome)),
             LoginStep::Failed(resp, refusal) => {
-                warn!(
-                    initiator = %login_initiator(&req, &login),
-                    %peer,
-                    portal = %local,
-                    reason = %refusal,
-                    "login refused"
-                );
+                limits.log.hit(peer.ip(), Limit::LoginRefused, || {
+                    let initiator = login_initiator(&req, &login);
+                    format!("login refused: {refusal}; initiator {initiator}, peer {peer}, portal {local}")
+                });
                 let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-                let _ = wr.write_all(&bytes).await;
+                let _ = tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await;
                 return;
             }
         };
@@ -127,7 +136,10 @@ pub async fn run(
             }
             let stat_sn = resp.stat_sn.wrapping_add(1);
             let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-            if wr.write_all(&bytes).await.is_err() {
+            if !matches!(
+                tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await,
+                Ok(Ok(()))
+            ) {
                 if let Some(s) = &policy.session {
                     if s.connection_count() == 0 {
                         server.remove_session(s);
@@ -138,8 +150,13 @@ pub async fn run(
             break (outcome, req.cid, stat_sn);
         }
         let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-        if wr.write_all(&bytes).await.is_err() {
-            return;
+        match tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                limits.login_timed_out(peer, local);
+                return;
+            }
         }
     };
     let Some(session) = policy.session.take() else {
@@ -168,6 +185,8 @@ pub async fn run(
         max_recv_data_segment_length: params.max_recv_data_segment_length as usize,
     };
     let (out_tx, out_rx) = mpsc::unbounded_channel();
+    let backlog = Backlog::new(limits.config.send_backlog);
+    let out_tx = OutSender::new(out_tx, backlog.clone());
     let (released_tx, released_rx) = mpsc::unbounded_channel();
     let close = portal_stop.child_token();
     session.connections.lock().retain(|c| c.cid != cid);
@@ -190,6 +209,7 @@ pub async fn run(
         stat_sn,
         max_xmit: params.max_xmit_data_segment_length,
         max_burst: session.params.max_burst_length,
+        backlog: backlog.clone(),
     };
     let writer = tokio::spawn(writer.run(out_rx));
     let mut conn = Connection {
@@ -207,6 +227,9 @@ pub async fn run(
         ping_outstanding: false,
         local,
         text: TextResponder::new(params.max_xmit_data_segment_length),
+        text_exchange: Default::default(),
+        peer,
+        backlog,
         ready: Vec::new(),
         r2ts: Vec::new(),
         luns: session.target.as_ref().map(|t| t.luns.view()),
@@ -216,7 +239,15 @@ pub async fn run(
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
     conn.abandon_writes();
     drop(conn.out);
-    let _ = writer.await;
+    let mut writer = writer;
+    // A peer that reads nothing keeps the writer waiting forever: give it what is queued up
+    // to the NOP-In timeout, then abandon the socket.
+    if tokio::time::timeout(server.config().nop_timeout, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
     {
         let mut conns = session.connections.lock();
         if let Some(pos) = conns
@@ -251,7 +282,7 @@ pub(crate) struct Connection {
     cid: u16,
     params: ConnectionParams,
     framer: Framer,
-    out: mpsc::UnboundedSender<Outbound>,
+    out: OutSender,
     writes: HashMap<u32, PendingWrite>,
     stats: Arc<ConnectionStats>,
     next_ttt: u32,
@@ -260,6 +291,11 @@ pub(crate) struct Connection {
     ping_outstanding: bool,
     local: SocketAddr,
     text: TextResponder,
+    /// Requests of the current text exchange, against `limits.text-rounds`.
+    text_exchange: crate::limits::TextExchange,
+    peer: SocketAddr,
+    /// Responses queued and not yet written: while full, requests are not read.
+    backlog: Arc<Backlog>,
     /// Data-In buffers, shared with the writer that returns them.
     pool: Arc<BufferPool>,
     /// The target's LUN map as of the last command (`None` in discovery sessions).
@@ -311,12 +347,14 @@ impl Connection {
                 }
             }
             buf.reserve(self.framer.bytes_needed(&buf).max(64 * 1024));
+            let backlogged = self.backlog.is_full();
             tokio::select! {
-                r = rd.read_buf(&mut buf) => match r {
+                r = rd.read_buf(&mut buf), if !backlogged => match r {
                     Ok(0) => return ReadEnd::Closed,
                     Ok(_) => {}
                     Err(e) => return ReadEnd::Error(e),
                 },
+                _ = self.backlog.drained(), if backlogged => {}
                 Some(r) = released.recv() => {
                     if let Err(end) = self.handle_in_order(r.pdu, true) {
                         return end;
@@ -418,6 +456,19 @@ impl Connection {
             self.reject(reject_reason::PROTOCOL_ERROR, &header);
             return Ok(());
         };
+        if immediate
+            && crate::limits::too_many_immediate(
+                &self.server.limits,
+                &self.session,
+                &pdu,
+                self.peer,
+            )
+        {
+            // RFC 7143 11.17.1: "immediate command reject - too many immediate commands".
+            let header = header_of(&pdu, &self.framer);
+            self.reject(reject_reason::IMMEDIATE_COMMAND_REJECT, &header);
+            return Ok(());
+        }
         if let Pdu::ScsiCommand(c) = &pdu {
             self.stats.commands.fetch_add(1, Ordering::Relaxed);
             if c.write && c.expected_data_length > 0 {
@@ -507,6 +558,7 @@ impl Connection {
         let itt = c.itt;
         if let Some(w) = self.writes.get_mut(&itt) {
             w.command = Some(c);
+            self.issue_r2ts(itt);
             self.try_execute_write(itt);
             return;
         }

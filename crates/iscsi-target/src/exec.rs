@@ -1,12 +1,12 @@
 //! Runs SCSI commands on the blocking pool (file I/O) and hands their results to the writer.
 
 use crate::pool::BufferPool;
+use crate::send_queue::OutSender;
 use crate::session::Session;
 use crate::writer::{Outbound, ScsiDone};
 use bytes::{Bytes, BytesMut};
 use iscsi_proto::pdu::{task_attr, ScsiCommand};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 fn attribute(attr: u8) -> scsi::TaskAttribute {
     match attr {
@@ -26,7 +26,7 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
     session: Arc<Session>,
-    out: mpsc::UnboundedSender<Outbound>,
+    out: OutSender,
     pool: &Arc<BufferPool>,
     luns: Option<&Arc<scsi::LunMap>>,
     cmd: ScsiCommand,
@@ -128,7 +128,7 @@ struct Finished<'a> {
 /// Queues the response of a finished command (unless it was aborted meanwhile).
 fn respond(
     session: &Session,
-    out: &mpsc::UnboundedSender<Outbound>,
+    out: &OutSender,
     luns: &scsi::LunMap,
     cmd: &ScsiCommand,
     f: Finished<'_>,
@@ -160,12 +160,7 @@ fn respond(
 }
 
 /// Ends `cmd` with CHECK CONDITION and `sense` without executing it.
-pub fn fail(
-    session: &Arc<Session>,
-    out: &mpsc::UnboundedSender<Outbound>,
-    cmd: &ScsiCommand,
-    sense: Bytes,
-) {
+pub fn fail(session: &Arc<Session>, out: &OutSender, cmd: &ScsiCommand, sense: Bytes) {
     let done = ScsiDone {
         itt: cmd.itt,
         lun: cmd.lun,

@@ -6,11 +6,13 @@
 pub mod config;
 mod connection;
 mod exec;
+mod limits;
 mod listen;
 mod login_phase;
 mod pool;
 mod portals;
 pub mod reload;
+mod send_queue;
 mod server;
 mod session;
 mod stats;
@@ -120,10 +122,11 @@ pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<Ser
     for t in &config.targets {
         targets.push(Arc::new(TargetRuntime::build(&config, t)?));
     }
+    limits::raise_open_files_limit(config.limits.connections);
     let mut bound = Vec::new();
     for group in &config.portal_groups {
         for addr in &group.portals {
-            let (portal, listener) = listen::bind(group.tag, *addr).await?;
+            let (portal, listener) = listen::bind(group.tag, *addr, &config.limits).await?;
             bound.push((*addr, portal, listener));
         }
     }
@@ -148,7 +151,8 @@ pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<Ser
             .map(|t| (t.name.clone(), t.wwids()))
             .collect(),
     };
-    let tasks = status::start(&server).await?;
+    let mut tasks = vec![tokio::spawn(limits::report_loop(server.clone()))];
+    tasks.extend(status::start(&server).await?);
     Ok(ServerHandle {
         info,
         server,

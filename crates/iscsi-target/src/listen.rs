@@ -1,5 +1,6 @@
 //! Portal listeners: binding, the accept loops, and stopping one portal while the server runs.
 
+use crate::config::LimitsConfig;
 use crate::server::{Portal, Server};
 use crate::Error;
 use std::net::SocketAddr;
@@ -29,11 +30,14 @@ impl Listener {
     }
 }
 
-/// Binds a portal of group `tpgt`.
-pub async fn bind(tpgt: u16, addr: SocketAddr) -> Result<(Portal, TcpListener), Error> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })?;
+/// Binds a portal of group `tpgt` (its accept queue sized by `[limits]`).
+pub async fn bind(
+    tpgt: u16,
+    addr: SocketAddr,
+    limits: &LimitsConfig,
+) -> Result<(Portal, TcpListener), Error> {
+    let listener =
+        crate::limits::listen(addr, limits).map_err(|source| Error::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     Ok((Portal { tpgt, addr: bound }, listener))
 }
@@ -60,14 +64,23 @@ async fn accept_loop(
     listener: TcpListener,
     stop: CancellationToken,
 ) {
+    let open_on_portal = Arc::default();
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
+                    // Over a connection limit the socket is closed at once (dropped here).
+                    let Some(slot) = server.limits.admit(&open_on_portal, peer.ip()) else {
+                        continue;
+                    };
                     // A connection's close token is a child of the portal's: removing the portal
                     // ends its connections, also those still logging in.
                     let stop = stop.clone();
-                    tokio::spawn(crate::connection::run(server.clone(), stream, portal, peer, stop));
+                    let server = server.clone();
+                    tokio::spawn(async move {
+                        crate::connection::run(server, stream, portal, peer, stop).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     error!(portal = %portal.addr, "accept failed: {e}");

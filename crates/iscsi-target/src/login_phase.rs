@@ -123,6 +123,7 @@ impl LoginPolicy for ConnectionPolicy {
                 }
             }
         }
+        crate::limits::check_sessions(&self.server.limits, &table, initiator, self.peer)?;
         let tsih = table.allocate_tsih().ok_or(LoginRefusal::OutOfResources)?;
         let nexus = scsi::Nexus {
             id: self.server.next_nexus_id(),
@@ -140,6 +141,7 @@ impl LoginPolicy for ConnectionPolicy {
             nexus,
             self.portal.tpgt,
             self.cmd_sn,
+            self.server.limits.config.commands_per_session,
         ));
         if let Some(t) = &session.target {
             // Under the session table lock: a reload adding a LUN sees this session, or this

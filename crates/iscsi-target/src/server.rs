@@ -70,6 +70,7 @@ pub struct Server {
     /// The listening portals, each with the handle that stops it.
     pub listeners: Mutex<Vec<Listener>>,
     pub sessions: Mutex<SessionTable>,
+    pub limits: crate::limits::Limits,
     next_nexus: AtomicU64,
     pub shutdown: CancellationToken,
 }
@@ -81,6 +82,7 @@ impl Server {
         targets: Vec<Arc<TargetRuntime>>,
     ) -> Self {
         Server {
+            limits: crate::limits::Limits::new(config.limits.clone()),
             running: RwLock::new(Arc::new(config)),
             source,
             reload_lock: tokio::sync::Mutex::new(()),
@@ -151,6 +153,7 @@ impl Server {
             d.data_digests = digests(&c.data_digest);
             d.target_alias = c.alias.clone();
         }
+        d.queue_depth = self.config().limits.commands_per_session;
         d
     }
 

@@ -14,10 +14,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// Requests a session may have queued or running: MaxCmdSN opens only as they complete, so
-/// memory per session is bounded by this (RFC 7143 3.2.2.1).
-pub const COMMAND_WINDOW: u32 = 128;
-
 /// A request parked until the requests before it in CmdSN order have arrived (MC/S), then
 /// handed back to the connection it came in on.
 pub struct ReleasedCommand {
@@ -93,7 +89,12 @@ impl Session {
         nexus: scsi::Nexus,
         tpgt: u16,
         first_cmd_sn: u32,
+        // Requests the session may have queued or running (`limits.commands-per-session`):
+        // MaxCmdSN opens only as they complete, so memory per session is bounded by this
+        // (RFC 7143 3.2.2.1).
+        window: u32,
     ) -> Self {
+        let window = window.max(1);
         Session {
             tsih,
             isid,
@@ -102,9 +103,9 @@ impl Session {
             target,
             nexus,
             tpgt,
-            order: Mutex::new(CommandOrderer::new(first_cmd_sn, COMMAND_WINDOW)),
+            order: Mutex::new(CommandOrderer::new(first_cmd_sn, window)),
             exp_cmd_sn: AtomicU32::new(first_cmd_sn),
-            max_cmd_sn: AtomicU32::new(first_cmd_sn.wrapping_add(COMMAND_WINDOW - 1)),
+            max_cmd_sn: AtomicU32::new(first_cmd_sn.wrapping_add(window - 1)),
             connections: Mutex::new(Vec::new()),
             tasks: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
@@ -301,6 +302,11 @@ impl Session {
         for c in self.connections.lock().iter() {
             c.close.cancel();
         }
+    }
+
+    /// Tasks registered and not yet ended, immediate ones included.
+    pub fn tasks_in_flight(&self) -> usize {
+        self.inflight.load(Ordering::Acquire)
     }
 
     pub fn connection_count(&self) -> usize {

@@ -40,6 +40,10 @@ struct SessionView {
 #[derive(Serialize)]
 struct StatusView {
     sessions: Vec<SessionView>,
+    /// Accepted connections open now, those still logging in included.
+    open_connections: usize,
+    /// Hits of each `[limits]` bound since start.
+    limit_hits: std::collections::BTreeMap<&'static str, u64>,
 }
 
 fn digest(on: bool) -> &'static str {
@@ -54,6 +58,13 @@ fn snapshot(server: &Server) -> StatusView {
     let mut sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
     sessions.sort_by_key(|s| s.nexus.id);
     StatusView {
+        open_connections: server.limits.open_connections(),
+        limit_hits: server
+            .limits
+            .log
+            .totals()
+            .map(|(l, n)| (l.name(), n))
+            .collect(),
         sessions: sessions
             .iter()
             .map(|s| SessionView {
@@ -160,6 +171,7 @@ fn metrics_text(server: &Server) -> String {
         "# HELP lanes_sessions Logged-in iSCSI sessions.\n# TYPE lanes_sessions gauge"
     );
     let _ = writeln!(out, "lanes_sessions {}", view.sessions.len());
+    crate::limits::write_metrics(&server.limits, &mut out);
     for (name, help) in [
         ("commands", "SCSI commands received"),
         ("bytes_in", "Bytes received"),

@@ -1,5 +1,6 @@
 //! Task management (RFC 7143 11.5, SAM-5 7): aborts, resets, and their unit attentions.
 
+use crate::send_queue::OutSender;
 use crate::server::Server;
 use crate::session::Session;
 use crate::writer::Outbound;
@@ -7,7 +8,6 @@ use iscsi_proto::pdu::{tmf, tmf_response, Pdu, TaskMgmtRequest, TaskMgmtResponse
 use iscsi_proto::serial;
 use std::collections::HashSet;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 use tracing::info;
 
 /// LUN number from the 8-byte SAM LUN field (peripheral and flat addressing, SAM-5 4.7).
@@ -25,12 +25,7 @@ fn sessions_of_target(server: &Server, session: &Arc<Session>) -> Vec<Arc<Sessio
 
 /// Answers one task management request; waits (in a task of its own) for aborted commands to
 /// finish so that no response of an aborted task follows the TMF response.
-pub fn handle(
-    server: &Arc<Server>,
-    session: &Arc<Session>,
-    out: &mpsc::UnboundedSender<Outbound>,
-    req: TaskMgmtRequest,
-) {
+pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req: TaskMgmtRequest) {
     let respond = {
         let out = out.clone();
         let itt = req.itt;

@@ -2,6 +2,7 @@
 //! and writes every queued PDU of a wake-up in one vectored write.
 
 use crate::pool::BufferPool;
+use crate::send_queue::{weight, Backlog};
 use crate::session::Session;
 use crate::stats::ConnectionStats;
 use bytes::{Bytes, BytesMut};
@@ -87,10 +88,19 @@ pub struct Writer {
     pub pool: Arc<BufferPool>,
     /// Data-In buffers of the PDUs being written, returned to `pool` after the write.
     pub sent: Vec<Bytes>,
+    /// Bytes queued for this writer (`limits.send-backlog`), released once written.
+    pub backlog: Arc<Backlog>,
 }
 
 impl Writer {
-    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Outbound>) -> std::io::Result<()> {
+    pub async fn run(self, rx: mpsc::UnboundedReceiver<Outbound>) -> std::io::Result<()> {
+        let backlog = self.backlog.clone();
+        let result = self.send_all(rx).await;
+        backlog.close();
+        result
+    }
+
+    async fn send_all(mut self, mut rx: mpsc::UnboundedReceiver<Outbound>) -> std::io::Result<()> {
         let mut scratch = BytesMut::with_capacity(64 * 1024);
         let mut trailers = BytesMut::with_capacity(BATCH_PDUS * 8);
         let mut chunks: Vec<Bytes> = Vec::with_capacity(BATCH_PDUS * 3);
@@ -99,7 +109,9 @@ impl Writer {
         while let Some(first) = rx.recv().await {
             let mut next = Some(first);
             let mut count = 0;
+            let mut taken = 0;
             while let Some(msg) = next.take() {
+                taken += weight(&msg);
                 match msg {
                     Outbound::Pdu(p) => pdus.push(p),
                     Outbound::Scsi(done) => self.lay_out(done, &mut pdus),
@@ -116,6 +128,7 @@ impl Writer {
             }
             self.flush(&mut pdus, &mut chunks, &mut scratch, &mut trailers)
                 .await?;
+            self.backlog.release(taken);
             if close {
                 let _ = self.socket.shutdown().await;
                 return Ok(());

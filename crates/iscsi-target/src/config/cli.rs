@@ -155,6 +155,7 @@ fn embedded_default(data_dir: &Path) -> ServeConfig {
         nop_interval: DEFAULT_NOP_INTERVAL,
         nop_timeout: DEFAULT_NOP_TIMEOUT,
         data_dir: data_dir.to_path_buf(),
+        limits: Default::default(),
     }
 }
 

@@ -53,6 +53,9 @@
 //! serial = "disk0"               # default: stable hash of target name and LUN number
 //! read-only = false
 //! write-cache = true
+//!
+//! [limits]                       # see `config::limits` for every key and its default
+//! login-timeout = "15s"
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -79,6 +82,7 @@ struct RawFile {
     portal_group: Vec<Spanned<RawPortalGroup>>,
     #[serde(default)]
     target: Vec<Spanned<RawTarget>>,
+    limits: Option<super::limits::RawLimits>,
 }
 
 #[derive(Deserialize)]
@@ -220,7 +224,13 @@ impl Resolver<'_> {
             nop_interval: DEFAULT_NOP_INTERVAL,
             nop_timeout: DEFAULT_NOP_TIMEOUT,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            limits: Default::default(),
         };
+        if let Some(limits) = raw.limits {
+            config.limits = super::limits::resolve(limits, &|span, key, message| {
+                self.error(span, key, message)
+            })?;
+        }
         if let Some(server) = raw.server {
             self.resolve_server(server, &mut config)?;
         }

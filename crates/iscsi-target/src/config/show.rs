@@ -97,6 +97,18 @@ impl ServeConfig {
         if let Some(auth) = &self.discovery_auth {
             chap(&mut out, "discovery-auth", auth);
         }
+        let l = &self.limits;
+        let _ = writeln!(out, "\n[limits]");
+        let _ = writeln!(out, "connections = {}", l.connections);
+        let _ = writeln!(out, "connections-per-portal = {}", l.connections_per_portal);
+        let _ = writeln!(out, "sessions-per-initiator = {}", l.sessions_per_initiator);
+        let _ = writeln!(out, "login-timeout = {}", duration(l.login_timeout));
+        let _ = writeln!(out, "commands-per-session = {}", l.commands_per_session);
+        let _ = writeln!(out, "text-rounds = {}", l.text_rounds);
+        let _ = writeln!(out, "text-keys = {}", l.text_keys);
+        let _ = writeln!(out, "text-bytes = {}", l.text_bytes);
+        let _ = writeln!(out, "send-backlog = {}", l.send_backlog);
+        let _ = writeln!(out, "log-interval = {}", duration(l.log_interval));
         for g in &self.portal_groups {
             let _ = writeln!(out, "\n[[portal-group]]");
             let _ = writeln!(out, "tag = {}", g.tag);

@@ -5,8 +5,8 @@
 use super::{header_of, next_tag, Connection};
 use crate::writer::Outbound;
 use bytes::Bytes;
-use iscsi_proto::pdu::{reject_reason, DataOut, Pdu, R2t, ScsiCommand};
-use iscsi_proto::window::{DataOutTracker, WriteParams};
+use iscsi_proto::pdu::{reject_reason, DataOut, Pdu, R2t, ScsiCommand, RESERVED_TAG};
+use iscsi_proto::window::{DataOutError, DataOutTracker, WriteParams};
 use tracing::debug;
 
 /// Largest data-out a command may announce: twice the 8 MiB block-limits transfer length, so
@@ -65,8 +65,9 @@ impl Connection {
             command: None,
             lun: c.lun,
         };
+        // No R2T yet: data is solicited only once the command's CmdSN turn has come (see
+        // `issue_r2ts`).
         self.writes.insert(c.itt, write);
-        self.issue_r2ts(c.itt);
     }
 
     pub(super) fn data_out(&mut self, d: &DataOut) {
@@ -89,7 +90,16 @@ impl Connection {
                 // ErrorRecoveryLevel 0 (RFC 7143 7.1.4): reject the PDU and end the command
                 // with an iSCSI sense rather than leave it waiting for data that cannot come.
                 debug!(itt = d.itt, "Data-Out refused: {e}");
-                w.tracker = Err(scsi::Sense::new(0x0b, 0x0c, 0x0d));
+                // RFC 7143 10.4.7.2: unsolicited data beyond what FirstBurstLength and
+                // InitialR2T allow is "unexpected unsolicited data" (0x0c/0x0c); any other
+                // wrong amount is "incorrect amount of data" (0x0c/0x0d).
+                let unexpected = d.ttt == RESERVED_TAG
+                    && matches!(
+                        e,
+                        DataOutError::UnsolicitedNotAllowed | DataOutError::OutsideRange { .. }
+                    );
+                let ascq = if unexpected { 0x0c } else { 0x0d };
+                w.tracker = Err(scsi::Sense::new(0x0b, 0x0c, ascq));
                 w.segments.clear();
                 let header = header_of(&Pdu::DataOut(d.clone()), &self.framer);
                 self.reject(e.reject_reason(), &header);
@@ -102,10 +112,14 @@ impl Connection {
     }
 
     /// Sends the R2Ts a write may have outstanding now (MaxOutstandingR2T, RFC 7143 13.17).
-    fn issue_r2ts(&mut self, itt: u32) {
+    /// Only writes whose CmdSN turn has come are solicited: a peer that leaves a gap in CmdSN
+    /// order cannot make the target collect data for the whole window behind it (only the
+    /// unsolicited FirstBurstLength of each).
+    pub(super) fn issue_r2ts(&mut self, itt: u32) {
         let Some(PendingWrite {
             tracker: Ok(tracker),
             lun,
+            command: Some(_),
             ..
         }) = self.writes.get_mut(&itt)
         else {

@@ -198,15 +198,18 @@ async fn prepare_into(
                 }
             }
             Change::PortalAdded { group, addr } => {
-                let (portal, listener) = listen::bind(*group, *addr).await.map_err(|e| {
-                    let reason = std::error::Error::source(&e)
-                        .map(|s| s.to_string())
-                        .unwrap_or_default();
-                    (
-                        portal_key(new, *group, *addr),
-                        format!("cannot listen on {addr}: {reason}"),
-                    )
-                })?;
+                let (portal, listener) =
+                    listen::bind(*group, *addr, &new.limits)
+                        .await
+                        .map_err(|e| {
+                            let reason = std::error::Error::source(&e)
+                                .map(|s| s.to_string())
+                                .unwrap_or_default();
+                            (
+                                portal_key(new, *group, *addr),
+                                format!("cannot listen on {addr}: {reason}"),
+                            )
+                        })?;
                 prepared.listeners.push((*addr, portal, listener));
             }
             _ => {}

@@ -138,6 +138,9 @@ pub fn diff(old: &ServeConfig, new: &ServeConfig) -> Result<Vec<Change>, NotLive
     if old.metrics_addr != new.metrics_addr {
         return Err(not_live("server.metrics", "cannot change while running"));
     }
+    if old.limits != new.limits {
+        return Err(not_live("limits", "cannot change while running (restart)"));
+    }
     if (old.nop_interval, old.nop_timeout) != (new.nop_interval, new.nop_timeout) {
         changes.push(Change::NopTimersChanged);
     }
