@@ -132,7 +132,12 @@ pub async fn run(
             // The old session's tasks end before the new one starts (RFC 7143 6.3.5).
             if let Some(old) = policy.reinstated.take() {
                 old.drain().await;
-                server.remove_session(&old);
+                // `admit` has taken it out of the session table already, so `remove_session`
+                // would not see it: its I_T nexus ends here (its SPC-2 reservation and unit
+                // attentions go), or a peer reinstating in a loop would leave them behind.
+                if let Some(t) = &old.target {
+                    t.luns.nexus_removed(&old.nexus);
+                }
             }
             let stat_sn = resp.stat_sn.wrapping_add(1);
             let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));

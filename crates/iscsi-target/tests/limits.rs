@@ -605,3 +605,34 @@ fn data_out_beyond_the_solicited_burst_is_rejected() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Session reinstatement (a new leading login with the same ISID) ends the old I_T nexus: its
+/// SPC-2 reservation goes with it, and a peer that reinstates in a loop leaves no per-nexus
+/// state behind.
+#[test]
+fn reinstatement_ends_the_old_nexus() {
+    let server = TestServer::simple("");
+    let mut old = Conn::login_to(server.addr(), &opts_with_isid(1));
+    let mut other = Conn::login_to(server.addr(), &opts_with_isid(2));
+    let reserve6 = [0x16u8, 0, 0, 0, 0, 0];
+    assert_eq!(old.scsi(&reserve6, 0, None).expect("RESERVE(6)").status, 0);
+    let data = pattern(9, 512);
+    let write = |c: &mut Conn| {
+        c.scsi(&cdb_write10(0, 1, 0), 512, Some(&data))
+            .expect("WRITE(10) answered")
+    };
+    assert_eq!(
+        write(&mut other).status,
+        0x18,
+        "RESERVATION CONFLICT while the reservation holds"
+    );
+    // Reinstate the first session: its nexus, and so its reservation, is gone.
+    let mut new = Conn::connect(server.addr());
+    new.login(&opts_with_isid(1)).expect("reinstating login");
+    assert!(
+        old.wait_closed(TIMEOUT).0,
+        "the old session's connection is closed"
+    );
+    let r = write(&mut other);
+    assert_eq!(r.status, 0, "no conflict after reinstatement: {r:?}");
+}
