@@ -201,6 +201,40 @@ fn a_login_with_too_many_keys_fails() {
 }
 
 /// (sense key, ASC, ASCQ) of a SCSI Response's sense data (after its length prefix).
+/// Sends WRITE(10) of `blocks` blocks at LBA 0 declaring `expected` bytes, F bit `final_bit`,
+/// with `data` as immediate data, at the next CmdSN; returns its ITT.
+fn write10(c: &mut Conn, blocks: u16, expected: u32, final_bit: bool, data: Vec<u8>) -> u32 {
+    let itt = c.itt();
+    let cmd_sn = c.cmd_sn;
+    c.cmd_sn = c.cmd_sn.wrapping_add(1);
+    let mut cdb = [0u8; 16];
+    cdb[..10].copy_from_slice(&cdb_write10(0, blocks, 0));
+    c.send(&Pdu::ScsiCommand(ScsiCommand {
+        final_bit,
+        write: true,
+        attr: task_attr::SIMPLE,
+        itt,
+        expected_data_length: expected,
+        cmd_sn,
+        exp_stat_sn: c.exp_stat_sn,
+        cdb,
+        data: Bytes::from(data),
+        ..ScsiCommand::default()
+    }));
+    itt
+}
+
+/// Waits for the response to `itt`: CHECK CONDITION with `sense` (key, ASC, ASCQ).
+fn expect_check_condition(c: &mut Conn, itt: u32, sense: (u8, u8, u8)) {
+    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => {
+            assert_eq!(r.status, 2, "CHECK CONDITION");
+            assert_eq!(sense_of(&r), sense);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 fn sense_of(r: &ScsiResponse) -> (u8, u8, u8) {
     let d = &r.data;
     assert!(d.len() >= 16, "sense data in {r:?}");
@@ -216,30 +250,8 @@ fn immediate_data_beyond_first_burst_length_is_unexpected_unsolicited_data() {
     };
     let mut c = Conn::login_to(server.addr(), &opts);
     assert_eq!(c.first_burst, 16384);
-    let itt = c.itt();
-    let cmd_sn = c.cmd_sn;
-    c.cmd_sn = c.cmd_sn.wrapping_add(1);
-    let mut cdb = [0u8; 16];
-    cdb[..10].copy_from_slice(&cdb_write10(0, 64, 0));
-    c.send(&Pdu::ScsiCommand(ScsiCommand {
-        final_bit: true,
-        write: true,
-        attr: task_attr::SIMPLE,
-        itt,
-        expected_data_length: 32768,
-        cmd_sn,
-        exp_stat_sn: c.exp_stat_sn,
-        cdb,
-        data: Bytes::from(pattern(1, 32768)),
-        ..ScsiCommand::default()
-    }));
-    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
-        Ok(Pdu::ScsiResponse(r)) => {
-            assert_eq!(r.status, 2, "CHECK CONDITION");
-            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
-        }
-        other => panic!("{other:?}"),
-    }
+    let itt = write10(&mut c, 64, 32768, true, pattern(1, 32768));
+    expect_check_condition(&mut c, itt, (0x0b, 0x0c, 0x0c));
     assert_eq!(c.read10(0, 64), vec![0u8; 32768], "nothing written");
 }
 
@@ -254,22 +266,7 @@ fn unsolicited_data_out_beyond_first_burst_length_is_rejected() {
     };
     let mut c = Conn::login_to(server.addr(), &opts);
     assert!(!c.initial_r2t);
-    let itt = c.itt();
-    let cmd_sn = c.cmd_sn;
-    c.cmd_sn = c.cmd_sn.wrapping_add(1);
-    let mut cdb = [0u8; 16];
-    cdb[..10].copy_from_slice(&cdb_write10(0, 128, 0));
-    c.send(&Pdu::ScsiCommand(ScsiCommand {
-        final_bit: false,
-        write: true,
-        attr: task_attr::SIMPLE,
-        itt,
-        expected_data_length: 65536,
-        cmd_sn,
-        exp_stat_sn: c.exp_stat_sn,
-        cdb,
-        ..ScsiCommand::default()
-    }));
+    let itt = write10(&mut c, 128, 65536, false, Vec::new());
     // 32 KiB unsolicited where FirstBurstLength allows 16 KiB.
     c.send(&Pdu::DataOut(DataOut {
         final_bit: true,
@@ -283,13 +280,7 @@ fn unsolicited_data_out_beyond_first_burst_length_is_rejected() {
         Ok(Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::PROTOCOL_ERROR),
         other => panic!("expected Reject, got {other:?}"),
     }
-    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
-        Ok(Pdu::ScsiResponse(r)) => {
-            assert_eq!(r.status, 2, "CHECK CONDITION");
-            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
-        }
-        other => panic!("{other:?}"),
-    }
+    expect_check_condition(&mut c, itt, (0x0b, 0x0c, 0x0c));
     assert_eq!(c.read10(0, 128), vec![0u8; 65536], "nothing written");
 }
 
@@ -523,30 +514,8 @@ fn immediate_data_when_immediate_data_is_no_is_unexpected_unsolicited_data() {
     let server = TestServer::simple("immediate-data = false");
     let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
     assert!(!c.immediate_data, "ImmediateData=No negotiated");
-    let itt = c.itt();
-    let cmd_sn = c.cmd_sn;
-    c.cmd_sn = c.cmd_sn.wrapping_add(1);
-    let mut cdb = [0u8; 16];
-    cdb[..10].copy_from_slice(&cdb_write10(0, 8, 0));
-    c.send(&Pdu::ScsiCommand(ScsiCommand {
-        final_bit: true,
-        write: true,
-        attr: task_attr::SIMPLE,
-        itt,
-        expected_data_length: 4096,
-        cmd_sn,
-        exp_stat_sn: c.exp_stat_sn,
-        cdb,
-        data: Bytes::from(pattern(3, 4096)),
-        ..ScsiCommand::default()
-    }));
-    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
-        Ok(Pdu::ScsiResponse(r)) => {
-            assert_eq!(r.status, 2, "CHECK CONDITION");
-            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0c));
-        }
-        other => panic!("{other:?}"),
-    }
+    let itt = write10(&mut c, 8, 4096, true, pattern(3, 4096));
+    expect_check_condition(&mut c, itt, (0x0b, 0x0c, 0x0c));
     assert_eq!(c.read10(0, 8), vec![0u8; 4096], "nothing written");
 }
 
@@ -563,22 +532,7 @@ fn data_out_beyond_the_solicited_burst_is_rejected() {
     };
     let mut c = Conn::login_to(server.addr(), &opts);
     assert_eq!(c.max_burst, 8192);
-    let itt = c.itt();
-    let cmd_sn = c.cmd_sn;
-    c.cmd_sn = c.cmd_sn.wrapping_add(1);
-    let mut cdb = [0u8; 16];
-    cdb[..10].copy_from_slice(&cdb_write10(0, 64, 0));
-    c.send(&Pdu::ScsiCommand(ScsiCommand {
-        final_bit: true,
-        write: true,
-        attr: task_attr::SIMPLE,
-        itt,
-        expected_data_length: 32768,
-        cmd_sn,
-        exp_stat_sn: c.exp_stat_sn,
-        cdb,
-        ..ScsiCommand::default()
-    }));
+    let itt = write10(&mut c, 64, 32768, true, Vec::new());
     let r2t = match c.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt)) {
         Ok(Pdu::R2t(r)) => r,
         other => panic!("expected an R2T, got {other:?}"),
@@ -597,13 +551,7 @@ fn data_out_beyond_the_solicited_burst_is_rejected() {
         Ok(Pdu::Reject(r)) => assert_eq!(r.reason, reject_reason::PROTOCOL_ERROR),
         other => panic!("expected Reject, got {other:?}"),
     }
-    match c.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
-        Ok(Pdu::ScsiResponse(r)) => {
-            assert_eq!(r.status, 2, "CHECK CONDITION");
-            assert_eq!(sense_of(&r), (0x0b, 0x0c, 0x0d));
-        }
-        other => panic!("{other:?}"),
-    }
+    expect_check_condition(&mut c, itt, (0x0b, 0x0c, 0x0d));
 }
 
 /// Session reinstatement (a new leading login with the same ISID) ends the old I_T nexus: its
