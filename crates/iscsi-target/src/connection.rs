@@ -568,10 +568,8 @@ impl Connection {
             return;
         }
         if self.session.begin_execution(itt) {
-            let luns = match (&mut self.luns, &self.session.target) {
-                (Some(view), Some(target)) => Some(view.refresh(&target.luns)),
-                _ => None,
-            };
+            let luns =
+                crate::target::LunView::current(&mut self.luns, self.session.target.as_deref());
             crate::exec::spawn(
                 self.session.clone(),
                 self.out.clone(),

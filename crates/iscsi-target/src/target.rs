@@ -78,6 +78,18 @@ impl LunTable {
 }
 
 impl LunView {
+    /// A connection's map to run its next command against, refreshed from `target`'s table:
+    /// None for a session without a target (discovery).
+    pub fn current<'a>(
+        view: &'a mut Option<LunView>,
+        target: Option<&TargetRuntime>,
+    ) -> Option<&'a Arc<scsi::LunMap>> {
+        match (view, target) {
+            (Some(view), Some(target)) => Some(view.refresh(&target.luns)),
+            _ => None,
+        }
+    }
+
     /// The map to run the next command against: the cached one unless a reload swapped it.
     pub fn refresh(&mut self, table: &LunTable) -> &Arc<scsi::LunMap> {
         let generation = table.generation.load(Ordering::Acquire);

@@ -170,10 +170,7 @@ impl Connection {
             }
         };
         let received = u32::try_from(tracker.received_bytes()).unwrap_or(u32::MAX);
-        let luns = match (&mut self.luns, &self.session.target) {
-            (Some(view), Some(target)) => Some(view.refresh(&target.luns)),
-            _ => None,
-        };
+        let luns = crate::target::LunView::current(&mut self.luns, self.session.target.as_deref());
         crate::exec::spawn(
             self.session.clone(),
             self.out.clone(),
