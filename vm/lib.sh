@@ -20,7 +20,7 @@ vm_cleanup() {
 trap vm_cleanup EXIT INT TERM
 
 # In the test and in the guest (which runs this machine's own programs).
-for tool in iscsiadm iscsid multipath multipathd udevadm mkfs.ext4 e2fsck fio md5sum dd python3; do
+for tool in iscsiadm iscsid multipath multipathd udevadm mkfs.ext4 e2fsck fio md5sum dd python3 lsscsi; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (scripts/test.sh installs it)"
 done
 [ -x /lib/systemd/systemd-udevd ] || die "no systemd-udevd (package udev)"

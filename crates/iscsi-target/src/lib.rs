@@ -37,6 +37,8 @@ use tracing::{error, info, warn};
 pub struct ServeInfo {
     /// (TPGT, address) of every portal, wildcard addresses expanded to this host's addresses.
     pub portals: Vec<(u16, SocketAddr)>,
+    /// Expanded wildcard addresses on an interface that holds a default route (management).
+    pub management: Vec<SocketAddr>,
     /// (target IQN, [(LUN, WWID)]).
     pub targets: Vec<(String, Vec<(u64, String)>)>,
 }
@@ -138,13 +140,10 @@ pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<Ser
         }
     }
     server.refresh_portals();
+    let expanded = portals::expand(server.portals.read().iter().copied());
     let info = ServeInfo {
-        portals: server
-            .portals
-            .read()
-            .iter()
-            .map(|p| (p.tpgt, p.addr))
-            .collect(),
+        portals: expanded.portals.iter().map(|p| (p.tpgt, p.addr)).collect(),
+        management: expanded.management,
         targets: server
             .targets
             .iter()

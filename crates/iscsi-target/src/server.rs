@@ -65,7 +65,7 @@ pub struct Server {
     /// Held for the whole of a reload, so two reloads never interleave.
     pub reload_lock: tokio::sync::Mutex<()>,
     pub targets: Vec<Arc<TargetRuntime>>,
-    /// Portals with wildcard addresses expanded to this host's addresses, for reporting.
+    /// The bound portals (wildcards as bound), for SendTargets.
     pub portals: RwLock<Vec<Portal>>,
     /// The listening portals, each with the handle that stops it.
     pub listeners: Mutex<Vec<Listener>>,
@@ -105,10 +105,10 @@ impl Server {
         *self.running.write() = config;
     }
 
-    /// Recomputes the reported portals from the listeners.
+    /// Recomputes the bound portals from the listeners (what SendTargets answers from).
     pub fn refresh_portals(&self) {
         let bound: Vec<Portal> = self.listeners.lock().iter().map(|l| l.portal).collect();
-        *self.portals.write() = crate::portals::expand(bound.into_iter());
+        *self.portals.write() = bound;
     }
 
     /// Every session logged into `target`.

@@ -13,6 +13,8 @@ pub struct Banner {
     pub targets: Vec<BannerTarget>,
     pub status_socket: String,
     pub metrics: Option<SocketAddr>,
+    /// Wildcard-expanded addresses on an interface holding a default route.
+    pub management: Vec<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,8 +74,17 @@ impl Banner {
         for target in &self.targets {
             writeln!(out)?;
             writeln!(out, "Target {}", target.name)?;
+            let left_out = self.left_out(target);
             for (tag, portal) in &target.portals {
-                writeln!(out, "  portal  {portal:<40} TPGT {tag}")?;
+                if left_out.contains(portal) {
+                    writeln!(
+                        out,
+                        "  portal  {portal:<40} TPGT {tag}  (default route: management, not in \
+                         the host commands below)"
+                    )?;
+                } else {
+                    writeln!(out, "  portal  {portal:<40} TPGT {tag}")?;
+                }
             }
             for lun in &target.luns {
                 writeln!(
@@ -124,18 +135,42 @@ impl Banner {
         )
     }
 
+    /// The management addresses of `target` that the host commands leave out: those of a
+    /// wildcard portal on the interface holding the default route, when at least two other
+    /// addresses a remote host can reach remain (a machine with storage links of its own; on
+    /// a one- or two-NIC machine every address stays a path).
+    fn left_out(&self, target: &BannerTarget) -> Vec<SocketAddr> {
+        let remote = |p: &SocketAddr| !p.ip().is_loopback();
+        let others = target
+            .portals
+            .iter()
+            .filter(|(_, p)| remote(p) && !self.management.contains(p))
+            .count();
+        if others < 2 {
+            return Vec::new();
+        }
+        target
+            .portals
+            .iter()
+            .map(|(_, p)| *p)
+            .filter(|p| self.management.contains(p))
+            .collect()
+    }
+
     /// What a host should use, for the doctor's generators: every portal a remote host can
-    /// reach (loopback only when there is nothing else), every LUN with lanes' INQUIRY strings.
+    /// reach (loopback only when there is nothing else) but a management address (see
+    /// `left_out`), every LUN with lanes' INQUIRY strings.
     pub fn host_config(&self) -> HostConfig {
         let mut targets: Vec<TargetConfig> = self
             .targets
             .iter()
             .map(|t| {
+                let left_out = self.left_out(t);
                 let remote: Vec<SocketAddr> = t
                     .portals
                     .iter()
                     .map(|(_, p)| *p)
-                    .filter(|p| !p.ip().is_loopback())
+                    .filter(|p| !p.ip().is_loopback() && !left_out.contains(p))
                     .collect();
                 let portals = if remote.is_empty() {
                     t.portals.iter().map(|(_, p)| *p).collect()
@@ -194,6 +229,7 @@ mod tests {
             }],
             status_socket: "lanes-data/lanes.sock".into(),
             metrics: None,
+            management: Vec::new(),
         }
     }
 
@@ -241,6 +277,27 @@ mod tests {
         let text = example(&["127.0.0.1:3260", "[::1]:3260"]).render();
         assert!(text.contains("-p 127.0.0.1:3260 --login"), "{text}");
         assert!(text.contains("-p [::1]:3260 --login"), "{text}");
+    }
+
+    #[test]
+    fn a_management_address_is_left_out_only_beside_two_storage_links() {
+        let mut banner = example(&[
+            "10.0.1.1:3260",
+            "10.0.2.1:3260",
+            "192.0.2.5:3260",
+            "127.0.0.1:3260",
+        ]);
+        banner.management = vec!["192.0.2.5:3260".parse().unwrap()];
+        let text = banner.render();
+        assert_eq!(text.matches("--login").count(), 2, "{text}");
+        assert!(!text.contains("-p 192.0.2.5:3260"), "{text}");
+        assert!(text.contains("192.0.2.5:3260") && text.contains("default route: management"));
+        // One storage link beside it: the management address is a path too.
+        let mut banner = example(&["10.0.1.1:3260", "192.0.2.5:3260"]);
+        banner.management = vec!["192.0.2.5:3260".parse().unwrap()];
+        let text = banner.render();
+        assert_eq!(text.matches("--login").count(), 2, "{text}");
+        assert!(!text.contains("default route"), "{text}");
     }
 
     #[test]

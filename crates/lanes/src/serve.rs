@@ -83,6 +83,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if let Ok(info) = ready_rx.await {
             let info = ReadyInfo {
                 portals: info.portals,
+                management: info.management,
                 targets: info.targets,
             };
             let portals = info.portals.len();
@@ -164,6 +165,8 @@ fn explain_read_only(
 #[derive(Debug, Clone, Default)]
 pub struct ReadyInfo {
     pub portals: Vec<(u16, SocketAddr)>,
+    /// Expanded wildcard addresses on the default route's interface.
+    pub management: Vec<SocketAddr>,
     pub targets: Vec<(String, Vec<(u64, String)>)>,
 }
 
@@ -211,6 +214,7 @@ fn banner_from(config: &ServeConfig, info: ReadyInfo) -> Banner {
         targets,
         status_socket: config.status_socket_path().display().to_string(),
         metrics: config.metrics_addr,
+        management: info.management,
     }
 }
 
