@@ -1,10 +1,12 @@
 //! Test support shared by the workspace's integration tests: a `lanes serve` child process read
-//! through its banner (also inside a lab namespace), a tgtd child as the reference target, TOML
-//! configuration snippets, and the root check of tests that need namespaces or mounts.
+//! through its banner (also inside a lab namespace), a tgtd child as the reference target, an
+//! etcd child as the HA witness, TOML configuration snippets, and the root check of tests that
+//! need namespaces or mounts.
 //!
 //! Only for tests: it panics with a message whenever something it sets up does not come up.
 
 pub mod config;
+pub mod etcd;
 pub mod serve;
 pub mod tgt;
 
