@@ -13,11 +13,15 @@ use std::time::Duration;
 use crate::delay::{self, RelaySpec};
 use crate::plan::{real_namespace, Cmd, Nic, Plan, FAULT_RULE_PRIORITY};
 
-/// What a fault hits: link i (host NIC i and storage NIC i) or a whole storage node.
+/// What a fault hits: link i (host NIC i and storage NIC i), a whole storage node (every NIC
+/// it has, replication and witness links included), replication link i between the nodes of
+/// a pair, or node k's link to the witness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultTarget {
     Link(usize),
     Node(usize),
+    Peer(usize),
+    Witness(usize),
 }
 
 impl FromStr for FaultTarget {
@@ -28,9 +32,15 @@ impl FromStr for FaultTarget {
             Ok(Self::Link(i))
         } else if let Some(k) = s.strip_prefix("node").and_then(parse) {
             Ok(Self::Node(k))
+        } else if let Some(i) = s.strip_prefix("peer").and_then(parse) {
+            Ok(Self::Peer(i))
+        } else if let Some(k) = s.strip_prefix("witness").and_then(parse) {
+            Ok(Self::Witness(k))
         } else {
             Err(format!(
-                "bad fault target {s:?}: expected a link (link1, link2, ...) or a node (node1, node2)"
+                "bad fault target {s:?}: expected a link (link1, link2, ...), a node (node1, \
+                 node2), a replication link (peer1, ...) or a node's witness link (witness1, \
+                 witness2)"
             ))
         }
     }
@@ -41,6 +51,8 @@ impl fmt::Display for FaultTarget {
         match self {
             Self::Link(i) => write!(f, "link{i}"),
             Self::Node(k) => write!(f, "node{k}"),
+            Self::Peer(i) => write!(f, "peer{i}"),
+            Self::Witness(k) => write!(f, "witness{k}"),
         }
     }
 }
@@ -174,8 +186,19 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
         FaultTarget::Link(i) => plan.nics.iter().filter(|n| n.index == i).collect(),
         FaultTarget::Node(k) => {
             let ns = format!("node{k}");
-            plan.nics.iter().filter(|n| n.namespace == ns).collect()
+            plan.nics
+                .iter()
+                .chain(&plan.peer_nics)
+                .chain(
+                    plan.witness_nics
+                        .iter()
+                        .filter(|n| n.namespace != "witness"),
+                )
+                .filter(|n| n.namespace == ns)
+                .collect()
         }
+        FaultTarget::Peer(i) => plan.peer_nics.iter().filter(|n| n.index == i).collect(),
+        FaultTarget::Witness(k) => plan.witness_nics.iter().filter(|n| n.index == k).collect(),
     };
     if nics.is_empty() {
         // In a mesh the host and the storage nodes may have different NIC counts.
@@ -184,10 +207,17 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
             1 => "link1".to_string(),
             n => format!("link1..link{n}"),
         };
-        let nodes = options.node_names().join(", ");
+        let mut has = vec![links, options.node_names().join(", ")];
+        if options.pair.peer_nics > 0 {
+            has.push(format!("peer1..peer{}", options.pair.peer_nics));
+        }
+        if options.pair.witness {
+            has.push("witness1, witness2".to_string());
+        }
         return Err(format!(
-            "lab {} has no {target} (it has {links} and {nodes})",
-            options.name
+            "lab {} has no {target} (it has {})",
+            options.name,
+            has.join(", ")
         ));
     }
     // For a node, the other endpoints must also drop what the node sends them.
@@ -209,7 +239,7 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
                 .flat_map(|other| addresses.iter().map(|a| (other.short.clone(), *a)))
                 .collect()
         }
-        FaultTarget::Link(_) => Vec::new(),
+        FaultTarget::Link(_) | FaultTarget::Peer(_) | FaultTarget::Witness(_) => Vec::new(),
     };
     Ok((nics, node_sources))
 }

@@ -66,9 +66,13 @@ pub mod options;
 pub mod plan;
 pub mod relay;
 pub mod run;
+pub mod witness;
 
 pub use fault::{FaultMode, FaultTarget};
-pub use options::{Options, Rate, Topology};
+pub use options::{Options, Pair, Rate, Topology};
 pub use plan::{Cmd, Plan};
 pub use relay::RelayCommand;
-pub use run::{down, exec_command, fail, list, restore, state, up, Down, LabError, State};
+pub use run::{
+    down, exec_command, fail, list, restore, state, up, witness, Down, LabError, State,
+    WitnessAction,
+};

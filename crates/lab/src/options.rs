@@ -123,6 +123,21 @@ pub struct Options {
     pub rate: Rate,
     pub storage_nodes: usize,
     pub mtu: u32,
+    /// What joins the two storage nodes of an HA pair. (Absent in older state files.)
+    #[serde(default)]
+    pub pair: Pair,
+}
+
+/// The HA pair's own wiring: replication links between node1 and node2, and a witness
+/// namespace running etcd, reached by each node over a link of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Pair {
+    /// Replication links `peerI` between node1 (`10.78.I.1`) and node2 (`10.78.I.2`).
+    pub peer_nics: usize,
+    /// Their rate (default: the front-end rate).
+    pub peer_rate: Option<Rate>,
+    /// A `witness` namespace with etcd on `10.79.K.1:2379`, linked to nodeK (`10.79.K.2`).
+    pub witness: bool,
 }
 
 impl Options {
@@ -154,6 +169,19 @@ impl Options {
         }
         if self.mtu != 1500 && self.mtu != 9000 {
             return Err(format!("--mtu {} must be 1500 or 9000", self.mtu));
+        }
+        if (self.pair.peer_nics > 0 || self.pair.witness) && self.storage_nodes != 2 {
+            return Err(
+                "--peer-nics and the witness join the two nodes of an HA pair; use \
+                 --storage-nodes 2"
+                    .to_string(),
+            );
+        }
+        if self.pair.peer_nics > MAX_NICS {
+            return Err(format!(
+                "--peer-nics {} is outside 0..={MAX_NICS}",
+                self.pair.peer_nics
+            ));
         }
         if self.topology == Topology::Lacp && self.storage_nodes != 1 {
             return Err(
@@ -233,8 +261,23 @@ mod tests {
             rate: "1gbit".parse().unwrap(),
             storage_nodes: 1,
             mtu: 1500,
+            pair: Pair::default(),
         };
         assert!(options.validate().is_ok());
+        options.pair.peer_nics = 1;
+        assert!(options
+            .validate()
+            .unwrap_err()
+            .contains("--storage-nodes 2"));
+        options.pair = Pair {
+            witness: true,
+            ..Pair::default()
+        };
+        assert!(options
+            .validate()
+            .unwrap_err()
+            .contains("--storage-nodes 2"));
+        options.pair = Pair::default();
         options.storage_nics = 1;
         let err = options.validate().unwrap_err();
         assert!(err.contains("only a mesh"), "{err}");

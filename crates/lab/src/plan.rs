@@ -3,11 +3,11 @@
 //! topology is checked by unit tests without root.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use serde::{Deserialize, Serialize};
 
-use crate::options::{Options, Topology};
+use crate::options::{Options, Rate, Topology};
 
 /// One command line: the program and its arguments, never passed through a shell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,9 @@ pub struct Nic {
 pub struct Shaper {
     pub namespace: String,
     pub device: String,
+    /// Another rate than the lab's (replication links).
+    #[serde(default)]
+    pub rate: Option<Rate>,
 }
 
 /// A command that belongs to one namespace (so it can be re-run for that namespace).
@@ -85,6 +88,13 @@ pub struct Plan {
     /// lacp: the aggregate address of each end, on `lo`.
     pub aggregates: Vec<(String, Ipv4Addr)>,
     pub shapers: Vec<Shaper>,
+    /// Replication links between node1 and node2 (`peerI`, both ends).
+    #[serde(default)]
+    pub peer_nics: Vec<Nic>,
+    /// Each node's link to the witness namespace: `witness` in nodeK and `nodeK` in the
+    /// witness namespace, both with index K.
+    #[serde(default)]
+    pub witness_nics: Vec<Nic>,
     /// Namespaces, links, addresses, qdiscs, rules: run once, in order.
     pub setup: Vec<Cmd>,
     /// Routes (`ip route replace`, idempotent): run after `setup`, and again for a namespace
@@ -97,6 +107,8 @@ pub struct Plan {
 pub const LOCAL_RULE_PRIORITY: u32 = 100;
 /// Priority of fault rules (blackhole).
 pub const FAULT_RULE_PRIORITY: u32 = 10;
+/// etcd's client port in the witness namespace.
+pub const WITNESS_PORT: u16 = 2379;
 /// tbf queue in time at RATE: a shallow switch-like buffer, deep enough for full rate.
 pub const TBF_LATENCY: &str = "20ms";
 
@@ -116,6 +128,8 @@ impl Plan {
             nics: Vec::new(),
             aggregates: Vec::new(),
             shapers: Vec::new(),
+            peer_nics: Vec::new(),
+            witness_nics: Vec::new(),
             setup: Vec::new(),
             routes: Vec::new(),
         };
@@ -126,6 +140,7 @@ impl Plan {
         for short in endpoints
             .iter()
             .map(String::as_str)
+            .chain(options.pair.witness.then_some("witness"))
             .chain(switched.then_some("sw"))
         {
             plan.namespaces.push(Namespace {
@@ -231,6 +246,7 @@ impl Plan {
                 plan.shapers.push(Shaper {
                     namespace: "sw".into(),
                     device: port,
+                    rate: None,
                 });
             }
             for bridge in &bridges {
@@ -263,8 +279,10 @@ impl Plan {
             plan.shapers.push(Shaper {
                 namespace: nic.namespace.clone(),
                 device: nic.device.clone(),
+                rate: None,
             });
         }
+        plan.pair_links();
         for shaper in plan.shapers.clone() {
             let cmd = plan.tbf(&shaper, "add");
             plan.setup.push(cmd);
@@ -276,6 +294,82 @@ impl Plan {
             Topology::Pathing => {}
         }
         Ok(plan)
+    }
+
+    /// The HA pair's links: `peerI` between node1 and node2 (shaped at the peer rate), and
+    /// each node's link to the witness namespace (not shaped: a few small requests).
+    fn pair_links(&mut self) {
+        let pair = self.options.pair;
+        let node2 = self.real("node2");
+        for i in 1..=pair.peer_nics {
+            let device = format!("peer{i}");
+            self.ip(
+                "node1",
+                [
+                    "link", "add", &device, "type", "veth", "peer", "name", &device, "netns",
+                    &node2,
+                ],
+            );
+            for k in 1..=2u8 {
+                let nic = Nic {
+                    namespace: format!("node{k}"),
+                    index: i,
+                    device: device.clone(),
+                    address: Ipv4Addr::new(10, 78, i as u8, k),
+                    prefix: 24,
+                };
+                self.add_address(&nic);
+                self.shapers.push(Shaper {
+                    namespace: nic.namespace.clone(),
+                    device: device.clone(),
+                    rate: pair.peer_rate,
+                });
+                self.peer_nics.push(nic);
+            }
+        }
+        if !pair.witness {
+            return;
+        }
+        let witness = self.real("witness");
+        for k in 1..=2u8 {
+            let node = format!("node{k}");
+            self.ip(
+                &node,
+                [
+                    "link", "add", "witness", "type", "veth", "peer", "name", &node, "netns",
+                    &witness,
+                ],
+            );
+            for (namespace, device, host) in [(node.as_str(), "witness", 2), ("witness", &node, 1)]
+            {
+                let nic = Nic {
+                    namespace: namespace.to_string(),
+                    index: usize::from(k),
+                    device: device.to_string(),
+                    address: Ipv4Addr::new(10, 79, k, host),
+                    prefix: 24,
+                };
+                self.add_address(&nic);
+                self.witness_nics.push(nic);
+            }
+        }
+    }
+
+    fn add_address(&mut self, nic: &Nic) {
+        let address = format!("{}/{}", nic.address, nic.prefix);
+        self.ip(
+            &nic.namespace,
+            ["addr", "add", &address, "dev", &nic.device],
+        );
+        self.link_up(&nic.namespace, &nic.device);
+    }
+
+    /// Where nodeK reaches etcd: `10.79.K.1:2379` (empty without a witness).
+    pub fn witness_endpoint(&self, node: usize) -> Option<SocketAddrV4> {
+        self.witness_nics
+            .iter()
+            .find(|n| n.namespace == "witness" && n.index == node)
+            .map(|n| SocketAddrV4::new(n.address, WITNESS_PORT))
     }
 
     /// The lab's namespace for a short name.
@@ -307,7 +401,7 @@ impl Plan {
 
     /// `tc -n NS qdisc VERB dev DEV root handle 1: tbf rate RATE burst B latency L`.
     pub fn tbf(&self, shaper: &Shaper, verb: &str) -> Cmd {
-        let rate = &self.options.rate;
+        let rate = &shaper.rate.unwrap_or(self.options.rate);
         let burst = tbf_burst(rate.bytes_per_second(), self.options.mtu).to_string();
         Cmd::new([
             "tc",
@@ -442,6 +536,21 @@ impl Plan {
         }
         for (ns, address) in &self.aggregates {
             let _ = writeln!(out, "  aggregate (lacp, layer3+4 hash): {ns} {address}");
+        }
+        for i in 1..=o.pair.peer_nics {
+            let ends: Vec<String> = self
+                .peer_nics
+                .iter()
+                .filter(|n| n.index == i)
+                .map(|n| format!("{} {}/{}", n.namespace, n.address, n.prefix))
+                .collect();
+            let rate = o.pair.peer_rate.unwrap_or(o.rate);
+            let _ = writeln!(out, "  peer{i} (replication, {rate}): {}", ends.join("  "));
+        }
+        for k in 1..=2 {
+            if let Some(endpoint) = self.witness_endpoint(k) {
+                let _ = writeln!(out, "  witness{k}: etcd at {endpoint} for node{k}");
+            }
         }
         let names: Vec<String> = self
             .namespaces

@@ -23,7 +23,7 @@ pub const STATE_DIR: &str = "/run/lanes-lab";
 const SIGINT: i32 = 2;
 
 /// Short names a lab's namespaces can have.
-const SHORT_NAMES: [&str; 4] = ["host", "node1", "node2", "sw"];
+const SHORT_NAMES: [&str; 5] = ["host", "node1", "node2", "witness", "sw"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -94,6 +94,9 @@ pub struct RelayProcess {
 pub struct State {
     pub plan: Plan,
     pub faults: Vec<ActiveFault>,
+    /// The witness's etcd, while it runs.
+    #[serde(default)]
+    pub witness_pid: Option<u32>,
 }
 
 /// What `down` removed.
@@ -181,9 +184,10 @@ pub fn up(options: &Options, cancel: &AtomicBool) -> Result<State, LabError> {
         }
         Err(source) => return Err(LabError::State { path, source }),
     };
-    let state = State {
+    let mut state = State {
         plan,
         faults: Vec::new(),
+        witness_pid: None,
     };
     let json = serde_json::to_vec_pretty(&state).map_err(|source| LabError::StateFormat {
         path: path.clone(),
@@ -196,9 +200,20 @@ pub fn up(options: &Options, cancel: &AtomicBool) -> Result<State, LabError> {
     drop(file);
 
     let mut created = Vec::new();
-    match build(&state.plan, cancel, &mut created) {
+    let built = build(&state.plan, cancel, &mut created).and_then(|()| {
+        if state.plan.options.pair.witness {
+            state.witness_pid = Some(crate::witness::start(&state.plan)?);
+            save(&state)?;
+        }
+        Ok(())
+    });
+    match built {
         Ok(()) => Ok(state),
         Err(cause) => {
+            if let Some(pid) = state.witness_pid {
+                crate::witness::stop(pid);
+            }
+            crate::witness::remove_files(name);
             // Ctrl-C also reaches the `ip` or `tc` that was running: report the interrupt,
             // not the command it killed.
             let cause = if cancel.load(Ordering::SeqCst) {
@@ -347,7 +362,11 @@ pub fn down(name: &str) -> Result<Down, LabError> {
             relay::stop(process.pid, name);
         }
     }
+    if let Some(pid) = recorded.as_ref().and_then(|s| s.witness_pid) {
+        crate::witness::stop(pid);
+    }
     remove_namespaces(&ours)?;
+    crate::witness::remove_files(name);
     match fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -567,4 +586,37 @@ pub fn list() -> Result<Vec<String>, LabError> {
     names.sort();
     names.dedup();
     Ok(names)
+}
+
+/// What `lanes lab witness` does to a pair's etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WitnessAction {
+    /// SIGKILL (its data stays).
+    Stop,
+    /// Start it again on its data, if it is not running.
+    Start,
+    Restart,
+}
+
+/// Stops, starts or restarts the witness's etcd of a lab; the pid it runs with afterwards.
+pub fn witness(name: &str, action: WitnessAction) -> Result<Option<u32>, LabError> {
+    let mut state = state(name)?;
+    if !state.plan.options.pair.witness {
+        return Err(LabError::Invalid(format!(
+            "lab {name} has no witness (it needs --storage-nodes 2 without --no-witness)"
+        )));
+    }
+    if matches!(action, WitnessAction::Stop | WitnessAction::Restart) {
+        if let Some(pid) = state.witness_pid.take() {
+            crate::witness::stop(pid);
+        }
+        save(&state)?;
+    }
+    if matches!(action, WitnessAction::Start | WitnessAction::Restart)
+        && state.witness_pid.is_none()
+    {
+        state.witness_pid = Some(crate::witness::start(&state.plan)?);
+        save(&state)?;
+    }
+    Ok(state.witness_pid)
 }

@@ -72,6 +72,7 @@ impl Lab {
             rate: "1gbit".parse().unwrap(),
             storage_nodes,
             mtu: 1500,
+            pair: Default::default(),
         };
         // Clear a leftover of an earlier run that died with this pid.
         let _ = lanes_lab::down(&name);
@@ -383,6 +384,7 @@ fn an_interrupted_up_removes_what_it_created() {
         rate: "1gbit".parse().unwrap(),
         storage_nodes: 1,
         mtu: 1500,
+        pair: Default::default(),
     };
     let err = lanes_lab::up(&options, &AtomicBool::new(true)).unwrap_err();
     assert!(err.to_string().contains("interrupted"), "{err}");

@@ -23,11 +23,12 @@ enum LabCommand {
         /// Lab name.
         name: String,
     },
-    /// Inject a fault on a link (link1...) or a storage node (node1, node2).
+    /// Inject a fault on a link (link1...), a storage node (node1, node2), a replication link
+    /// (peer1...) or a node's link to the witness (witness1, witness2).
     Fail {
         /// Lab name.
         name: String,
-        /// link1 ... linkN, node1 or node2.
+        /// link1 ... linkN, node1, node2, peer1 ... peerN, witness1 or witness2.
         target: String,
         /// down | blackhole | loss=P% | delay=D[/J] (e.g. delay=50ms or delay=50ms/10ms: each
         /// direction delayed by D, jitter ±J, order kept).
@@ -38,14 +39,22 @@ enum LabCommand {
     Restore {
         /// Lab name.
         name: String,
-        /// link1 ... linkN, node1, node2 or all.
+        /// link1 ... linkN, node1, node2, peer1 ..., witness1, witness2 or all.
         target: String,
+    },
+    /// Stop (SIGKILL), start or restart the etcd of a pair's witness namespace.
+    Witness {
+        /// Lab name.
+        name: String,
+        /// stop, start or restart.
+        #[arg(value_parser = parse_witness_action)]
+        action: lanes_lab::WitnessAction,
     },
     /// Run a command inside one of the lab's namespaces.
     Exec {
         /// Lab name.
         name: String,
-        /// host, node1, node2 (or sw).
+        /// host, node1, node2, witness (or sw).
         namespace: String,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
@@ -86,6 +95,16 @@ struct UpArgs {
     /// MTU of every link: 1500 or 9000.
     #[arg(long, default_value_t = 1500)]
     mtu: u32,
+    /// Replication links between the two storage nodes (peer1..), 0..=8 [default: 1 with
+    /// --storage-nodes 2].
+    #[arg(long)]
+    peer_nics: Option<usize>,
+    /// Rate of the replication links [default: --rate].
+    #[arg(long, value_parser = parse_rate)]
+    peer_rate: Option<Rate>,
+    /// No witness namespace (etcd) beside a pair.
+    #[arg(long)]
+    no_witness: bool,
     /// Lab name (namespaces are called lanes-NAME-host, lanes-NAME-node1, ...).
     #[arg(long, default_value = "lab")]
     name: String,
@@ -99,6 +118,15 @@ fn parse_topology(s: &str) -> Result<Topology, String> {
     s.parse()
 }
 
+fn parse_witness_action(s: &str) -> Result<lanes_lab::WitnessAction, String> {
+    match s {
+        "stop" => Ok(lanes_lab::WitnessAction::Stop),
+        "start" => Ok(lanes_lab::WitnessAction::Start),
+        "restart" => Ok(lanes_lab::WitnessAction::Restart),
+        other => Err(format!("{other:?}: expected stop, start or restart")),
+    }
+}
+
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.command {
         LabCommand::Up(up) => {
@@ -110,6 +138,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 rate: up.rate,
                 storage_nodes: up.storage_nodes,
                 mtu: up.mtu,
+                pair: lanes_lab::Pair {
+                    peer_nics: up.peer_nics.unwrap_or(usize::from(up.storage_nodes == 2)),
+                    peer_rate: up.peer_rate,
+                    witness: up.storage_nodes == 2 && !up.no_witness,
+                },
             };
             // Ctrl-C while building: stop between two commands and remove what was created.
             let cancel = Arc::new(AtomicBool::new(false));
@@ -144,6 +177,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCommand::Restore { name, target } => {
             let restored = lanes_lab::restore(&name, &target)?;
             println!("restored {}", restored.join(", "));
+        }
+        LabCommand::Witness { name, action } => {
+            let pid =
+                tokio::task::spawn_blocking(move || lanes_lab::witness(&name, action)).await??;
+            match pid {
+                Some(pid) => println!("witness etcd running (pid {pid})"),
+                None => println!("witness etcd stopped"),
+            }
         }
         LabCommand::Exec {
             name,

@@ -66,6 +66,7 @@ impl Rig {
             rate: "1gbit".parse().expect("rate"),
             storage_nodes: 1,
             mtu: 1500,
+            pair: Default::default(),
         };
         let state = lanes_lab::up(&options, &AtomicBool::new(false)).expect("lab up");
         let storage: Vec<Ipv4Addr> = state

@@ -12,6 +12,7 @@ fn plan(topology: Topology, nodes: usize) -> Plan {
         rate: "1gbit".parse().unwrap(),
         storage_nodes: nodes,
         mtu: 1500,
+        pair: Default::default(),
     })
     .unwrap()
 }
@@ -243,6 +244,7 @@ fn a_link_missing_on_the_storage_side_of_a_mesh_is_host_only() {
         rate: "1gbit".parse().unwrap(),
         storage_nodes: 1,
         mtu: 1500,
+        pair: Default::default(),
     })
     .unwrap();
     let actions = actions(&plan, FaultTarget::Link(3), FaultMode::Blackhole).unwrap();
@@ -263,4 +265,77 @@ fn unknown_targets_are_refused() {
     let err = actions(&plan, FaultTarget::Node(2), FaultMode::Down).unwrap_err();
     assert!(err.contains("no node2"), "{err}");
     assert!(actions(&plan, FaultTarget::Link(3), FaultMode::Down).is_err());
+}
+
+fn pair_plan() -> Plan {
+    Plan::new(&Options {
+        name: "t".into(),
+        topology: Topology::Pathing,
+        nics: 2,
+        storage_nics: 2,
+        rate: "1gbit".parse().unwrap(),
+        storage_nodes: 2,
+        mtu: 1500,
+        pair: crate::options::Pair {
+            peer_nics: 1,
+            peer_rate: None,
+            witness: true,
+        },
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_pair_s_links_are_targets_and_a_dead_node_loses_them_too() {
+    assert_eq!("peer1".parse(), Ok(FaultTarget::Peer(1)));
+    assert_eq!("witness2".parse(), Ok(FaultTarget::Witness(2)));
+    let plan = pair_plan();
+    let peer = lines(
+        &actions(&plan, FaultTarget::Peer(1), FaultMode::Blackhole)
+            .unwrap()
+            .apply,
+    );
+    assert_eq!(
+        peer,
+        [
+            "ip -n lanes-t-node1 rule add pref 10 iif peer1 blackhole",
+            "ip -n lanes-t-node1 rule add pref 10 iif dly-peer1 blackhole",
+            "ip -n lanes-t-node2 rule add pref 10 iif peer1 blackhole",
+            "ip -n lanes-t-node2 rule add pref 10 iif dly-peer1 blackhole",
+        ]
+    );
+    let witness = lines(
+        &actions(&plan, FaultTarget::Witness(2), FaultMode::Down)
+            .unwrap()
+            .apply,
+    );
+    assert_eq!(
+        witness,
+        [
+            "ip -n lanes-t-node2 link set witness down",
+            "ip -n lanes-t-witness link set node2 down",
+        ]
+    );
+    let node = lines(
+        &actions(&plan, FaultTarget::Node(2), FaultMode::Blackhole)
+            .unwrap()
+            .apply,
+    );
+    for expected in [
+        "ip -n lanes-t-node2 rule add pref 10 iif peer1 blackhole",
+        "ip -n lanes-t-node2 rule add pref 10 iif witness blackhole",
+        "ip -n lanes-t-node1 rule add pref 10 from 10.78.1.2 blackhole",
+        "ip -n lanes-t-witness rule add pref 10 from 10.79.2.2 blackhole",
+        "ip -n lanes-t-host rule add pref 10 from 10.77.1.3 blackhole",
+    ] {
+        assert!(
+            node.contains(&expected.to_string()),
+            "missing {expected}: {node:#?}"
+        );
+    }
+    let err = actions(&plan, FaultTarget::Peer(2), FaultMode::Down).unwrap_err();
+    assert!(
+        err.contains("peer1..peer1") && err.contains("witness1, witness2"),
+        "{err}"
+    );
 }

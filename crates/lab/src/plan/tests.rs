@@ -12,6 +12,7 @@ fn options(topology: Topology, nics: usize, nodes: usize) -> Options {
         rate: "1gbit".parse::<Rate>().unwrap(),
         storage_nodes: nodes,
         mtu: 1500,
+        pair: Default::default(),
     }
 }
 
@@ -180,4 +181,83 @@ fn invalid_options_are_refused() {
 fn commands_display_quoted_when_needed() {
     let cmd = Cmd::new(["nft", "add", "chain", "{ type filter ; }"]);
     assert_eq!(cmd.to_string(), "nft add chain '{ type filter ; }'");
+}
+
+fn pair(peer_nics: usize, peer_rate: Option<&str>) -> Options {
+    Options {
+        pair: crate::options::Pair {
+            peer_nics,
+            peer_rate: peer_rate.map(|r| r.parse().unwrap()),
+            witness: true,
+        },
+        ..options(Topology::Pathing, 2, 2)
+    }
+}
+
+#[test]
+fn a_pair_gets_replication_links_at_their_rate_and_a_witness_namespace() {
+    let plan = Plan::new(&pair(2, Some("10gbit"))).unwrap();
+    let names: Vec<_> = plan.namespaces.iter().map(|n| n.short.as_str()).collect();
+    assert_eq!(names, ["host", "node1", "node2", "witness", "sw"]);
+    let lines = lines(&plan);
+    for i in 1..=2 {
+        assert!(lines.contains(&format!(
+            "ip -n lanes-demo-node1 link add peer{i} type veth peer name peer{i} netns lanes-demo-node2"
+        )));
+        for k in 1..=2 {
+            assert!(lines.contains(&format!(
+                "ip -n lanes-demo-node{k} addr add 10.78.{i}.{k}/24 dev peer{i}"
+            )));
+            let tbf = lines
+                .iter()
+                .find(|l| {
+                    l.starts_with(&format!("tc -n lanes-demo-node{k} qdisc add dev peer{i} "))
+                })
+                .expect("a shaper on the replication link");
+            assert!(tbf.contains("rate 10000000000bit"), "{tbf}");
+        }
+    }
+    // Front-end links keep the lab's rate.
+    assert!(lines.iter().any(
+        |l| l.starts_with("tc -n lanes-demo-node1 qdisc add dev link1 ")
+            && l.contains("rate 1000000000bit")
+    ));
+    for k in 1..=2 {
+        assert!(lines.contains(&format!(
+            "ip -n lanes-demo-node{k} link add witness type veth peer name node{k} netns lanes-demo-witness"
+        )));
+        assert!(lines.contains(&format!(
+            "ip -n lanes-demo-node{k} addr add 10.79.{k}.2/24 dev witness"
+        )));
+        assert!(lines.contains(&format!(
+            "ip -n lanes-demo-witness addr add 10.79.{k}.1/24 dev node{k}"
+        )));
+        assert_eq!(
+            plan.witness_endpoint(k),
+            Some(format!("10.79.{k}.1:2379").parse().unwrap())
+        );
+    }
+    let summary = plan.summary();
+    assert!(
+        summary.contains("peer2 (replication, 10gbit): node1 10.78.2.1/24  node2 10.78.2.2/24"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("witness2: etcd at 10.79.2.1:2379 for node2"),
+        "{summary}"
+    );
+    let etcd = crate::witness::args(&plan).join(" ");
+    assert!(
+        etcd.contains("--listen-client-urls http://10.79.1.1:2379,http://10.79.2.1:2379"),
+        "{etcd}"
+    );
+    // Without a witness or peers nothing of this is built; a single node cannot have them.
+    let plain = Plan::new(&options(Topology::Pathing, 2, 2)).unwrap();
+    assert!(plain.peer_nics.is_empty() && plain.witness_nics.is_empty());
+    assert_eq!(plain.witness_endpoint(1), None);
+    assert!(Plan::new(&Options {
+        storage_nodes: 1,
+        ..pair(1, None)
+    })
+    .is_err());
 }
