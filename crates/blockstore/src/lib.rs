@@ -1,4 +1,5 @@
-//! Block storage backends for lanes: a sparse file (pread/pwrite, punch hole) and memory.
+//! Block storage backends for lanes: a sparse file (pread/pwrite, punch hole) and memory, and
+//! a volatile write cache over either for durability tests ([`VolatileDevice`]).
 //!
 //! Every backend implements [`BlockDevice`], a synchronous positional-I/O interface that is safe to
 //! call from many threads at once: the file backend takes no lock on the read/write path because
@@ -8,9 +9,11 @@
 
 mod file;
 mod memory;
+pub mod volatile;
 
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
+pub use volatile::VolatileDevice;
 
 /// One run of a device's address space and whether it holds data (`true`) or is a hole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -214,6 +214,9 @@ pub struct LunConfig {
     pub read_only: bool,
     /// Whether the WCE bit is reported and writes may be cached until SYNCHRONIZE CACHE.
     pub write_cache: bool,
+    /// Test harness only (`blockstore::VolatileDevice`): writes stay in process memory until
+    /// a flush, so kill -9 of the server loses what a power loss would.
+    pub volatile_cache: bool,
 }
 
 impl LunConfig {
@@ -227,6 +230,7 @@ impl LunConfig {
             serial: None,
             read_only: false,
             write_cache: true,
+            volatile_cache: false,
         }
     }
 

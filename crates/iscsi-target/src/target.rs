@@ -130,15 +130,25 @@ pub fn build_lu(
     lun: &LunConfig,
     tpgs: &Arc<scsi::TargetPortGroups>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
-    let device =
+    let file =
         blockstore::FileDevice::open(&lun.path, lun.size).map_err(|source| BuildError::Device {
             path: lun.path.display().to_string(),
             source,
         })?;
+    let device: Arc<dyn blockstore::BlockDevice> = if lun.volatile_cache {
+        tracing::warn!(
+            "{target_name} LUN {}: volatile-cache is on (a test harness): writes stay in memory \
+             until a flush, and kill -9 loses them",
+            lun.lun
+        );
+        Arc::new(blockstore::VolatileDevice::new(Arc::new(file)))
+    } else {
+        Arc::new(file)
+    };
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
     let lu_config = scsi::LunConfig {
-        device: Arc::new(device),
+        device,
         block_size: lun.block_size,
         naa_id: config::naa_id(target_name, lun),
         serial: lun.effective_serial(target_name),

@@ -175,7 +175,7 @@ pub fn parse_banner(banner: &str) -> (Vec<SocketAddr>, Option<String>, Vec<Strin
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["Target", name] if target.is_none() => target = Some(name.to_string()),
-            ["portal", addr, "TPGT", _] => portals.extend(addr.parse::<SocketAddr>().ok()),
+            ["portal", addr, "TPGT", _, ..] => portals.extend(addr.parse::<SocketAddr>().ok()),
             ["LUN", ..] => {
                 let at = words.iter().position(|w| *w == "WWID");
                 wwids.extend(at.and_then(|i| words.get(i + 1)).map(|w| w.to_string()));

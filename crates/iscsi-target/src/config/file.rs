@@ -53,6 +53,8 @@
 //! serial = "disk0"               # default: stable hash of target name and LUN number
 //! read-only = false
 //! write-cache = true
+//! volatile-cache = false         # test harness only: writes live in process memory until a
+//!                                # flush, so kill -9 loses what a power loss would
 //!
 //! [limits]                       # see `config::limits` for every key and its default
 //! login-timeout = "15s"
@@ -137,6 +139,7 @@ struct RawLun {
     serial: Option<Spanned<String>>,
     read_only: Option<bool>,
     write_cache: Option<bool>,
+    volatile_cache: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -633,6 +636,9 @@ impl Resolver<'_> {
         }
         if let Some(value) = raw.write_cache {
             lun.write_cache = value;
+        }
+        if let Some(value) = raw.volatile_cache {
+            lun.volatile_cache = value;
         }
         Ok(lun)
     }

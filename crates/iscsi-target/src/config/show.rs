@@ -161,6 +161,9 @@ impl ServeConfig {
                 }
                 let _ = writeln!(out, "read-only = {}", l.read_only);
                 let _ = writeln!(out, "write-cache = {}", l.write_cache);
+                if l.volatile_cache {
+                    let _ = writeln!(out, "volatile-cache = true");
+                }
             }
         }
         out

@@ -387,6 +387,11 @@ fn diff_lun(old: &LunConfig, new: &LunConfig, key: &str) -> Result<Option<u64>, 
         old.write_cache != new.write_cache,
         "write-cache".into(),
     )?;
+    fixed(
+        "volatile-cache",
+        old.volatile_cache != new.volatile_cache,
+        "volatile-cache".into(),
+    )?;
     match (old.size, new.size) {
         (Some(before), Some(after)) if after < before => Err(not_live(
             format!("{key}.size"),
