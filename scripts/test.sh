@@ -114,11 +114,12 @@ step "Debian package (scripts/package-check.sh)"
 scripts/package-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
-step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations)"
+step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations, lio-peer)"
 vm/tests/seed-000
 vm/tests/alua
 vm/tests/attach-nbd
 vm/tests/persistent-reservations
+vm/tests/lio-peer
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"

@@ -53,10 +53,21 @@ pub fn parse_device_identification(page: &[u8]) -> Option<DeviceIdentity> {
                 out.lun = Some(format!("name.{}", text.trim_end_matches('\0')));
                 best_rank = 2;
             }
+            // T10 vendor ID: 8 bytes of vendor, then the vendor's own identifier. A vendor with
+            // nothing after it (LIO without a unit serial pads with NULs) names no LU at all:
+            // every LU of that vendor would share it, and mixing LUs corrupts data.
             (0, 1) if best_rank < 1 => {
-                let text = String::from_utf8_lossy(value);
-                out.lun = Some(format!("t10.{}", text.trim()));
-                best_rank = 1;
+                let printable = |bytes: &[u8]| -> String {
+                    String::from_utf8_lossy(bytes)
+                        .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                        .replace('\0', " ")
+                };
+                let vendor = printable(value.get(..8).unwrap_or(value));
+                let id = printable(value.get(8..).unwrap_or_default());
+                if !id.is_empty() {
+                    out.lun = Some(format!("t10.{vendor} {id}"));
+                    best_rank = 1;
+                }
             }
             // Designators of the target port the page was read through.
             (1, 4) => {
@@ -146,7 +157,10 @@ mod tests {
     fn t10_only_and_truncated_pages() {
         let p = page(&[designator(2, 0, 1, b"VENDOR  serial ")]);
         let id = parse_device_identification(&p).unwrap();
-        assert_eq!(id.lun.as_deref(), Some("t10.VENDOR  serial"));
+        assert_eq!(id.lun.as_deref(), Some("t10.VENDOR serial"));
+        // LIO without a unit serial: the vendor and NUL padding, no identifier of the LU.
+        let lio = page(&[designator(2, 0, 1, b"LIO-ORG \0\0\0\0\0\0")]);
+        assert_eq!(parse_device_identification(&lio).unwrap().lun, None);
         let mut bad = page(&[designator(1, 0, 3, &[1, 2, 3, 4, 5, 6, 7, 8])]);
         bad[7] = 40; // designator longer than the page
         assert_eq!(parse_device_identification(&bad), None);

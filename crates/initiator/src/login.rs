@@ -141,6 +141,65 @@ fn protocol(msg: impl Into<String>) -> Error {
     Error::Protocol(msg.into())
 }
 
+/// Keys this initiator offers in the operational stage: the target's values for them are
+/// answers, never proposals.
+const OFFERED: [&str; 10] = [
+    "HeaderDigest",
+    "DataDigest",
+    "MaxRecvDataSegmentLength",
+    "ErrorRecoveryLevel",
+    "InitialR2T",
+    "ImmediateData",
+    "FirstBurstLength",
+    "MaxBurstLength",
+    "MaxOutstandingR2T",
+    "MaxConnections",
+];
+
+/// Keys a target declares (RFC 7143 13): nothing to answer.
+const DECLARED_BY_TARGET: [&str; 4] = [
+    "TargetAlias",
+    "TargetAddress",
+    "TargetPortalGroupTag",
+    "TargetSessionHandle",
+];
+
+/// Our answers to the keys a target proposed on its own (RFC 7143 6.2): the value it proposed
+/// wherever this initiator works with it, `No` for markers (which it does not implement),
+/// `0` for a higher ErrorRecoveryLevel, `NotUnderstood` for keys it does not know.
+fn answer_proposals(pairs: &[(&str, &str)]) -> Bytes {
+    let mut b = text::TextBuilder::new();
+    for (key, value) in pairs {
+        if OFFERED.contains(key) || DECLARED_BY_TARGET.contains(key) {
+            continue;
+        }
+        match *key {
+            // Both of these keep the target's value: this initiator sends in order anyway and
+            // waits/retains as told.
+            "DataPDUInOrder"
+            | "DataSequenceInOrder"
+            | "DefaultTime2Wait"
+            | "DefaultTime2Retain" => {
+                b.push(key, value);
+            }
+            "IFMarker" | "OFMarker" => {
+                b.push(key, "No");
+            }
+            "IFMarkInt" | "OFMarkInt" => {
+                b.push(key, "Irrelevant");
+            }
+            "ErrorRecoveryLevel" => {
+                b.push(key, "0");
+            }
+            _ if *value == text::REJECT || *value == "NotUnderstood" || *value == "Irrelevant" => {}
+            _ => {
+                b.push(key, "NotUnderstood");
+            }
+        }
+    }
+    b.finish()
+}
+
 impl InitiatorLogin {
     /// Starts a login; returns the machine and the first Login Request.
     pub fn new(params: LoginParams) -> (InitiatorLogin, LoginRequest) {
@@ -305,7 +364,10 @@ impl InitiatorLogin {
                 } else if rounds >= 4 {
                     return Err(protocol("target never agreed to the full feature phase"));
                 } else {
-                    let req = self.request(OPERATIONAL, Some(FULL_FEATURE), Bytes::new());
+                    // A target may propose keys of its own and wait for our answers before it
+                    // transits (LIO proposes DefaultTime2Wait, IFMarker, ... with T=0).
+                    let answers = answer_proposals(&pairs);
+                    let req = self.request(OPERATIONAL, Some(FULL_FEATURE), answers);
                     (State::Operational { rounds: rounds + 1 }, Step::Send(req))
                 }
             }

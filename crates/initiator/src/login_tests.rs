@@ -209,3 +209,65 @@ fn hostile_responses_are_errors_not_panics() {
         .handle(&resp(b"MaxRecvDataSegmentLength=0\0", true, 3))
         .is_err());
 }
+
+/// A target that proposes keys of its own with T=0 and transits only once they are answered,
+/// as LIO does (seen against Linux 6.1's iscsi_target_mod).
+#[test]
+fn keys_a_target_proposes_are_answered_before_it_transits() {
+    let resp = |data: &[u8], transit: bool, csg: u8, nsg: u8| LoginResponse {
+        transit,
+        continue_bit: false,
+        csg,
+        nsg,
+        version_max: 0,
+        version_active: 0,
+        isid: [0; 6],
+        tsih: 9,
+        itt: 0,
+        stat_sn: 0,
+        exp_cmd_sn: 1,
+        max_cmd_sn: 1,
+        status_class: 0,
+        status_detail: 0,
+        data: Bytes::copy_from_slice(data),
+    };
+    let (mut login, _) = InitiatorLogin::new(params(Some(TARGET), None));
+    let Step::Send(_) = login
+        .handle(&resp(
+            b"AuthMethod=None\0TargetPortalGroupTag=1\0",
+            true,
+            0,
+            1,
+        ))
+        .unwrap()
+    else {
+        panic!("expected the operational request")
+    };
+    let proposals = b"HeaderDigest=None\0DataDigest=None\0MaxRecvDataSegmentLength=262144\0\
+DefaultTime2Wait=2\0DefaultTime2Retain=0\0IFMarker=No\0OFMarker=Yes\0OFMarkInt=2048\0\
+DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0X-com.example.Key=1\0TargetAlias=LIO Target\0";
+    let Step::Send(answer) = login.handle(&resp(proposals, false, 1, 1)).unwrap() else {
+        panic!("expected the answers")
+    };
+    assert!(answer.transit && answer.nsg == 3);
+    let text = String::from_utf8(answer.data.to_vec()).unwrap();
+    let keys: Vec<&str> = text.split('\0').filter(|k| !k.is_empty()).collect();
+    assert_eq!(
+        keys,
+        [
+            "DefaultTime2Wait=2",
+            "DefaultTime2Retain=0",
+            "IFMarker=No",
+            "OFMarker=No",
+            "OFMarkInt=Irrelevant",
+            "DataPDUInOrder=Yes",
+            "DataSequenceInOrder=Yes",
+            "X-com.example.Key=NotUnderstood",
+        ],
+        "answers to the target's own proposals only (not to answers or declarations)"
+    );
+    let Step::Complete(negotiated) = login.handle(&resp(b"", true, 1, 3)).unwrap() else {
+        panic!("expected the full feature phase")
+    };
+    assert_eq!(negotiated.max_send_data_segment_length, 262_144);
+}

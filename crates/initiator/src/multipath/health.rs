@@ -38,7 +38,11 @@ pub(crate) async fn identify(session: Session) -> Result<PathLogin, crate::Error
     let (blocks, block_size) = session.read_capacity16().await?;
     let identity = session.device_identity().await?;
     let lun_id = identity.lun.ok_or_else(|| {
-        crate::Error::Protocol("the LUN reports no identifier in VPD page 0x83".into())
+        crate::Error::Protocol(
+            "the LUN reports no identifier of its own in VPD page 0x83 (NAA, EUI-64, SCSI name, \
+             or a T10 vendor ID with a serial), so its paths cannot be told from another LUN's"
+                .into(),
+        )
     })?;
     Ok(PathLogin {
         session,

@@ -16,7 +16,18 @@ impl AttachLock {
         let dir =
             PathBuf::from(std::env::var_os("LANES_RUN_DIR").unwrap_or_else(|| "/run/lanes".into()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join(format!("attach-{lun_id}.lock"));
+        // Any identifier a target reports becomes a safe file name.
+        let name: String = lun_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(format!("attach-{name}.lock"));
         let file = File::options()
             .create(true)
             .truncate(false)
