@@ -1,0 +1,1 @@
+//! Authentication: NTLMv2 on the server side and the SPNEGO wrapping around it.

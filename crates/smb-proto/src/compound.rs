@@ -1,0 +1,108 @@
+//! Compound chains (MS-SMB2 3.2.4.1.4, 3.3.5.2.7): several messages in one transport frame,
+//! linked by NextCommand offsets.
+
+use crate::error::DecodeError;
+use crate::header::{Header, HEADER_LEN};
+
+/// One message of a chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element<'a> {
+    pub header: Header,
+    /// Offset of this message in the frame.
+    pub offset: usize,
+    /// The message, header first, up to the next one (padding included: the signature covers
+    /// it); offsets inside the body are relative to its start.
+    pub bytes: &'a [u8],
+}
+
+impl Element<'_> {
+    pub fn is_related(&self) -> bool {
+        self.header.flags.is_related()
+    }
+}
+
+/// Splits a frame into its chained messages with strict checks: every NextCommand is a multiple
+/// of 8, at least a header plus a StructureSize long, and leaves room for a whole header; the
+/// last is 0. The first message may not be marked related. Errors carry the element index and
+/// answer STATUS_INVALID_PARAMETER (a first header that is not SMB2 ends the connection).
+pub fn split_compound(frame: &[u8]) -> Result<Vec<Element<'_>>, DecodeError> {
+    let mut out = Vec::new();
+    let mut offset = 0usize;
+    loop {
+        let index = out.len();
+        let rest = frame.get(offset..).ok_or(DecodeError::Compound {
+            index,
+            reason: "offset past the frame",
+        })?;
+        let header = match Header::decode(rest) {
+            Ok(h) => h,
+            Err(e) if index == 0 => return Err(e),
+            Err(_) => {
+                return Err(DecodeError::Compound {
+                    index,
+                    reason: "next message has no valid SMB2 header",
+                })
+            }
+        };
+        if index == 0 && header.flags.is_related() {
+            return Err(DecodeError::Compound {
+                index,
+                reason: "first message of a chain is marked related",
+            });
+        }
+        let next = header.next_command as usize;
+        if next == 0 {
+            out.push(Element {
+                header,
+                offset,
+                bytes: rest,
+            });
+            return Ok(out);
+        }
+        if next % 8 != 0 {
+            return Err(DecodeError::Compound {
+                index,
+                reason: "NextCommand is not 8-byte aligned",
+            });
+        }
+        if next < HEADER_LEN + 2 {
+            return Err(DecodeError::Compound {
+                index,
+                reason: "NextCommand overlaps this message's header",
+            });
+        }
+        let Some(bytes) = rest.get(..next) else {
+            return Err(DecodeError::Compound {
+                index,
+                reason: "NextCommand points outside the frame",
+            });
+        };
+        if rest.len() < next + HEADER_LEN {
+            return Err(DecodeError::Compound {
+                index,
+                reason: "NextCommand leaves no room for a header",
+            });
+        }
+        out.push(Element {
+            header,
+            offset,
+            bytes,
+        });
+        offset += next;
+    }
+}
+
+/// Appends `msg` to a chain being built in `out`: pads the previous message to 8 bytes and
+/// patches its NextCommand. `last_start` is the previous message's offset (None for the first).
+pub fn append_to_chain(out: &mut Vec<u8>, last_start: Option<usize>, msg: &[u8]) -> usize {
+    if let Some(prev) = last_start {
+        while (out.len() - prev) % 8 != 0 {
+            out.push(0);
+        }
+        let next = (out.len() - prev) as u32;
+        crate::wire::patch_u32(out, prev + crate::header::NEXT_COMMAND_OFFSET, next);
+    }
+    let start = out.len();
+    out.extend_from_slice(msg);
+    start
+}
