@@ -59,7 +59,7 @@ pub fn split_compound(frame: &[u8]) -> Result<Vec<Element<'_>>, DecodeError> {
             });
             return Ok(out);
         }
-        if next % 8 != 0 {
+        if !next.is_multiple_of(8) {
             return Err(DecodeError::Compound {
                 index,
                 reason: "NextCommand is not 8-byte aligned",
@@ -96,7 +96,7 @@ pub fn split_compound(frame: &[u8]) -> Result<Vec<Element<'_>>, DecodeError> {
 /// patches its NextCommand. `last_start` is the previous message's offset (None for the first).
 pub fn append_to_chain(out: &mut Vec<u8>, last_start: Option<usize>, msg: &[u8]) -> usize {
     if let Some(prev) = last_start {
-        while (out.len() - prev) % 8 != 0 {
+        while !(out.len() - prev).is_multiple_of(8) {
             out.push(0);
         }
         let next = (out.len() - prev) as u32;

@@ -101,7 +101,7 @@ pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 pub(crate) fn pad_to(out: &mut Vec<u8>, base: usize, align: usize) {
-    while (out.len() - base) % align != 0 {
+    while !(out.len() - base).is_multiple_of(align) {
         out.push(0);
     }
 }
@@ -125,7 +125,7 @@ pub fn utf16le(s: &str) -> Vec<u8> {
 
 /// Decodes UTF-16LE; odd lengths and unpaired surrogates are errors.
 pub fn from_utf16le(b: &[u8], what: &'static str) -> Result<String, DecodeError> {
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return Err(DecodeError::Invalid(what));
     }
     let units: Vec<u16> = b

@@ -42,7 +42,7 @@ pub fn parse_create_contexts(list: &[u8]) -> Result<Vec<CreateContext<'_>>, Deco
         let own = if next == 0 {
             ctx
         } else {
-            if next % 8 != 0 || next < 16 {
+            if !next.is_multiple_of(8) || next < 16 {
                 return Err(DecodeError::Invalid("create context Next is malformed"));
             }
             ctx.get(..next).ok_or(DecodeError::OutOfBounds(WHAT))?
@@ -96,7 +96,7 @@ fn contexts_at<'a>(
     if len == 0 {
         return Ok(Vec::new());
     }
-    if off % 8 != 0 {
+    if !off.is_multiple_of(8) {
         return Err(DecodeError::Invalid(
             "create contexts are not 8-byte aligned",
         ));
@@ -148,7 +148,7 @@ impl<'a> Message<'a> for CreateRequest<'a> {
         let name_len = r.u16()? as usize;
         let ctx_off = r.u32()? as usize;
         let ctx_len = r.u32()? as usize;
-        if name_len % 2 != 0 {
+        if !name_len.is_multiple_of(2) {
             return Err(DecodeError::Invalid("CREATE name length is odd"));
         }
         let name = buffer(msg, name_off, name_len, r.pos(), Self::NAME)?;

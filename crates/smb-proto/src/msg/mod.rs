@@ -153,4 +153,21 @@ impl<'a> Request<'a> {
             Command::Other(_) => return Err(DecodeError::Invalid("unknown command")),
         })
     }
+
+    /// The payload size a request's CreditCharge must cover (MS-SMB2 3.3.5.2.5): the larger
+    /// of what it sends and what it asks to receive.
+    pub fn payload_size(&self) -> u64 {
+        let n = |v: usize| v as u64;
+        match self {
+            Request::Read(r) => u64::from(r.length),
+            Request::Write(w) => n(w.data.len()),
+            Request::Ioctl(i) => n(i.input.len() + i.output.len())
+                .max(u64::from(i.max_input_response).max(u64::from(i.max_output_response))),
+            Request::QueryDirectory(q) => u64::from(q.output_buffer_length),
+            Request::ChangeNotify(c) => u64::from(c.output_buffer_length),
+            Request::QueryInfo(q) => n(q.input.len()).max(u64::from(q.output_buffer_length)),
+            Request::SetInfo(s) => n(s.buffer.len()),
+            _ => 0,
+        }
+    }
 }

@@ -146,7 +146,7 @@ fn parse_contexts<'a>(
                 .ok_or(DecodeError::OutOfBounds("negotiate context"))?
                 & !7;
         }
-        if pos % 8 != 0 {
+        if !pos.is_multiple_of(8) {
             return Err(DecodeError::Invalid(
                 "negotiate context is not 8-byte aligned",
             ));
