@@ -17,6 +17,7 @@ pub mod error;
 pub mod framing;
 pub mod header;
 pub mod msg;
+pub mod server;
 pub mod status;
 pub(crate) mod wire;
 

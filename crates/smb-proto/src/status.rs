@@ -29,6 +29,8 @@ impl NtStatus {
     pub const INVALID_DEVICE_REQUEST: Self = Self(0xC000_0010);
     pub const ACCESS_DENIED_SIGNING: Self = Self(0xC000_A000);
     pub const FILE_NOT_AVAILABLE: Self = Self(0xC000_0467);
+    pub const NO_PREAUTH_INTEGRITY_HASH_OVERLAP: Self = Self(0xC05D_0000);
+    pub const REQUEST_OUT_OF_SEQUENCE: Self = Self(0xC000_042A);
 
     /// True for the error severity (the top two bits both set).
     pub fn is_error(self) -> bool {
