@@ -106,3 +106,81 @@ pub fn append_to_chain(out: &mut Vec<u8>, last_start: Option<usize>, msg: &[u8])
     out.extend_from_slice(msg);
     start
 }
+
+/// A response chain being built: each message padded to 8 bytes and linked by NextCommand.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseChain {
+    buf: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+impl ResponseChain {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a whole message (header first; its NextCommand is set here).
+    pub fn push(&mut self, msg: &[u8]) {
+        let start = append_to_chain(&mut self.buf, self.starts.last().copied(), msg);
+        self.starts.push(start);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// The frame and each message's range in it (padding included, as the signature covers
+    /// it). Sign each range after this, since NextCommand and padding are now final.
+    pub fn finish(self) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let mut ranges = Vec::with_capacity(self.starts.len());
+        for (i, s) in self.starts.iter().enumerate() {
+            let end = self.starts.get(i + 1).copied().unwrap_or(self.buf.len());
+            ranges.push(*s..end);
+        }
+        (self.buf, ranges)
+    }
+}
+
+/// What a related operation inherits from the one before it (MS-SMB2 3.3.5.2.7.2): an all-ones
+/// SessionId, TreeId or FileId in a related request stands for the previous one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RelatedIds {
+    pub session_id: u64,
+    pub tree_id: u32,
+    /// The FileId the previous operation used or created, if any.
+    pub file_id: Option<crate::msg::FileId>,
+}
+
+impl RelatedIds {
+    /// The SessionId and TreeId `header` acts on.
+    pub fn ids_for(&self, header: &Header) -> (u64, Option<u32>) {
+        let related = header.flags.is_related();
+        let session = if related && header.session_id == u64::MAX {
+            self.session_id
+        } else {
+            header.session_id
+        };
+        let tree = header.tree_id().map(|t| {
+            if related && t == u32::MAX {
+                self.tree_id
+            } else {
+                t
+            }
+        });
+        (session, tree)
+    }
+
+    /// The FileId a request names, with the related substitution; None when it asks for the
+    /// previous one and there is none (the server answers STATUS_INVALID_PARAMETER).
+    pub fn file_id_for(
+        &self,
+        header: &Header,
+        requested: crate::msg::FileId,
+    ) -> Option<crate::msg::FileId> {
+        if header.flags.is_related() && requested == crate::msg::FileId::RELATED {
+            self.file_id
+        } else {
+            Some(requested)
+        }
+    }
+}

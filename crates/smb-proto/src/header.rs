@@ -148,6 +148,14 @@ impl Header {
         }
     }
 
+    /// The interim STATUS_PENDING response that turns `req` asynchronous (MS-SMB2 3.3.4.2); its
+    /// body is an empty ERROR response.
+    pub fn pending_response_to(req: &Header, async_id: u64, credits: u16) -> Header {
+        let mut h = Header::response_to(req, NtStatus::PENDING, credits);
+        h.ids = HeaderIds::Async { async_id };
+        h
+    }
+
     pub fn channel_sequence(&self) -> u16 {
         self.status as u16
     }

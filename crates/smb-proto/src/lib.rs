@@ -21,7 +21,7 @@ pub mod server;
 pub mod status;
 pub(crate) mod wire;
 
-pub use compound::{split_compound, Element};
+pub use compound::{split_compound, Element, RelatedIds, ResponseChain};
 pub use error::{Answer, DecodeError};
 pub use framing::DirectTcp;
 pub use header::{Command, Flags, Header, HeaderIds, HEADER_LEN};

@@ -63,6 +63,23 @@ fn all_decoders(b: &[u8]) {
         let _ = TreeDisconnectResponse::decode(&m);
     }
     let _ = parse_create_contexts(b);
+    let _ = smb_proto::msg::create_ctx::Lease::decode(b);
+    let _ = smb_proto::msg::create_ctx::DurableRequestV2::decode(b);
+    let _ = smb_proto::msg::create_ctx::DurableReconnectV2::decode(b);
+    let _ = smb_proto::msg::create_ctx::decode_maximal_access_request(b);
+    let _ = smb_proto::msg::create_ctx::decode_durable_reconnect_v1(b);
+    let _ = smb_proto::msg::ioctl::decode_network_interfaces(b);
+    let mut auth = smb_proto::server::SessionAuth::new(ChallengeParams {
+        server_challenge: [2; 8],
+        timestamp: 0,
+        nb_domain: "D".into(),
+        nb_computer: "C".into(),
+        dns_domain: "d".into(),
+        dns_computer: "c".into(),
+        version: [0; 8],
+    });
+    let _ = auth.step(b, |_, _| None);
+    let _ = auth.step(b, |_, _| Some([0; 16]));
     let _ = ValidateNegotiateInfo::decode(b);
     let _ = TransformHeader::decode(b);
     for c in [

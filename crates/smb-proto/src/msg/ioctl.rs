@@ -142,3 +142,104 @@ impl ValidateNegotiateInfo {
         })
     }
 }
+
+/// The VALIDATE_NEGOTIATE_INFO response (MS-SMB2 2.2.32.6).
+pub fn encode_validate_negotiate_response(
+    capabilities: u32,
+    guid: [u8; 16],
+    security_mode: u16,
+    dialect: u16,
+    out: &mut Vec<u8>,
+) {
+    put_u32(out, capabilities);
+    out.extend_from_slice(&guid);
+    put_u16(out, security_mode);
+    put_u16(out, dialect);
+}
+
+pub const NETWORK_INTERFACE_CAP_RSS: u32 = 0x1;
+pub const NETWORK_INTERFACE_CAP_RDMA: u32 = 0x2;
+
+/// One entry of the FSCTL_QUERY_NETWORK_INTERFACE_INFO answer (MS-SMB2 2.2.32.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkInterface {
+    pub if_index: u32,
+    pub capability: u32,
+    /// Bits per second.
+    pub link_speed: u64,
+    pub address: std::net::IpAddr,
+}
+
+const NETWORK_INTERFACE_LEN: usize = 152;
+
+/// Encodes the list, each entry 152 bytes with its Next offset (0 for the last).
+pub fn encode_network_interfaces(list: &[NetworkInterface], out: &mut Vec<u8>) {
+    for (i, nic) in list.iter().enumerate() {
+        let start = out.len();
+        let next = if i + 1 == list.len() {
+            0
+        } else {
+            NETWORK_INTERFACE_LEN as u32
+        };
+        put_u32(out, next);
+        put_u32(out, nic.if_index);
+        put_u32(out, nic.capability);
+        put_u32(out, 0);
+        crate::wire::put_u64(out, nic.link_speed);
+        match nic.address {
+            std::net::IpAddr::V4(a) => {
+                put_u16(out, 0x0002);
+                put_u16(out, 0);
+                out.extend_from_slice(&a.octets());
+            }
+            std::net::IpAddr::V6(a) => {
+                put_u16(out, 0x0017);
+                put_u16(out, 0);
+                put_u32(out, 0);
+                out.extend_from_slice(&a.octets());
+                put_u32(out, 0);
+            }
+        }
+        out.resize(start + NETWORK_INTERFACE_LEN, 0);
+    }
+}
+
+/// Decodes such a list, following Next offsets strictly forward inside `buf`.
+pub fn decode_network_interfaces(buf: &[u8]) -> Result<Vec<NetworkInterface>, DecodeError> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    loop {
+        let entry = crate::wire::slice(buf, pos, NETWORK_INTERFACE_LEN, "NETWORK_INTERFACE_INFO")?;
+        let mut r = Reader::new(entry, "NETWORK_INTERFACE_INFO");
+        let next = r.u32()? as usize;
+        let if_index = r.u32()?;
+        let capability = r.u32()?;
+        r.u32()?;
+        let link_speed = r.u64()?;
+        let address = match r.u16()? {
+            0x0002 => {
+                r.u16()?;
+                std::net::IpAddr::from(r.array::<4>()?)
+            }
+            0x0017 => {
+                r.u16()?;
+                r.u32()?;
+                std::net::IpAddr::from(r.array::<16>()?)
+            }
+            _ => return Err(DecodeError::Invalid("unknown address family")),
+        };
+        out.push(NetworkInterface {
+            if_index,
+            capability,
+            link_speed,
+            address,
+        });
+        if next == 0 {
+            return Ok(out);
+        }
+        if next < NETWORK_INTERFACE_LEN {
+            return Err(DecodeError::Invalid("NETWORK_INTERFACE_INFO Next overlaps"));
+        }
+        pos += next;
+    }
+}

@@ -7,6 +7,7 @@ use crate::header::{Command, Header, HEADER_LEN};
 use crate::wire::Reader;
 
 pub mod create;
+pub mod create_ctx;
 pub mod info;
 pub mod io;
 pub mod ioctl;
