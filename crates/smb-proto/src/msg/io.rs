@@ -210,7 +210,6 @@ impl<'a> Message<'a> for WriteResponse {
         put_u32(out, self.count);
         put_u32(out, self.remaining);
         put_u32(out, 0);
-        out.push(0);
     }
 }
 
