@@ -26,29 +26,33 @@ impl Element<'_> {
 /// last is 0. The first message may not be marked related. Errors carry the element index and
 /// answer STATUS_INVALID_PARAMETER (a first header that is not SMB2 ends the connection).
 pub fn split_compound(frame: &[u8]) -> Result<Vec<Element<'_>>, DecodeError> {
+    match split_compound_partial(frame) {
+        (els, None) => Ok(els),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// The same, keeping the well-formed messages before a malformed one: the server processes
+/// those and answers the bad one (and stops there) with the error's status.
+pub fn split_compound_partial(frame: &[u8]) -> (Vec<Element<'_>>, Option<DecodeError>) {
     let mut out = Vec::new();
     let mut offset = 0usize;
     loop {
         let index = out.len();
-        let rest = frame.get(offset..).ok_or(DecodeError::Compound {
-            index,
-            reason: "offset past the frame",
-        })?;
+        let fail = |reason| DecodeError::Compound { index, reason };
+        let Some(rest) = frame.get(offset..) else {
+            return (out, Some(fail("offset past the frame")));
+        };
         let header = match Header::decode(rest) {
             Ok(h) => h,
-            Err(e) if index == 0 => return Err(e),
-            Err(_) => {
-                return Err(DecodeError::Compound {
-                    index,
-                    reason: "next message has no valid SMB2 header",
-                })
-            }
+            Err(e) if index == 0 => return (out, Some(e)),
+            Err(_) => return (out, Some(fail("next message has no valid SMB2 header"))),
         };
         if index == 0 && header.flags.is_related() {
-            return Err(DecodeError::Compound {
-                index,
-                reason: "first message of a chain is marked related",
-            });
+            return (
+                out,
+                Some(fail("first message of a chain is marked related")),
+            );
         }
         let next = header.next_command as usize;
         if next == 0 {
@@ -57,36 +61,26 @@ pub fn split_compound(frame: &[u8]) -> Result<Vec<Element<'_>>, DecodeError> {
                 offset,
                 bytes: rest,
             });
-            return Ok(out);
+            return (out, None);
         }
-        if !next.is_multiple_of(8) {
-            return Err(DecodeError::Compound {
-                index,
-                reason: "NextCommand is not 8-byte aligned",
-            });
-        }
-        if next < HEADER_LEN + 2 {
-            return Err(DecodeError::Compound {
-                index,
-                reason: "NextCommand overlaps this message's header",
-            });
-        }
-        let Some(bytes) = rest.get(..next) else {
-            return Err(DecodeError::Compound {
-                index,
-                reason: "NextCommand points outside the frame",
-            });
+        let problem = if !next.is_multiple_of(8) {
+            Some("NextCommand is not 8-byte aligned")
+        } else if next < HEADER_LEN + 2 {
+            Some("NextCommand overlaps this message's header")
+        } else if rest.len() < next {
+            Some("NextCommand points outside the frame")
+        } else if rest.len() < next + HEADER_LEN {
+            Some("NextCommand leaves no room for a header")
+        } else {
+            None
         };
-        if rest.len() < next + HEADER_LEN {
-            return Err(DecodeError::Compound {
-                index,
-                reason: "NextCommand leaves no room for a header",
-            });
+        if let Some(reason) = problem {
+            return (out, Some(fail(reason)));
         }
         out.push(Element {
             header,
             offset,
-            bytes,
+            bytes: rest.get(..next).unwrap_or(rest),
         });
         offset += next;
     }

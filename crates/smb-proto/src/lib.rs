@@ -18,10 +18,11 @@ pub mod framing;
 pub mod header;
 pub mod msg;
 pub mod server;
+pub mod smb1;
 pub mod status;
 pub(crate) mod wire;
 
-pub use compound::{split_compound, Element, RelatedIds, ResponseChain};
+pub use compound::{split_compound, split_compound_partial, Element, RelatedIds, ResponseChain};
 pub use error::{Answer, DecodeError};
 pub use framing::DirectTcp;
 pub use header::{Command, Flags, Header, HeaderIds, HEADER_LEN};

@@ -124,3 +124,22 @@ fn body_errors_answer_invalid_parameter() {
     h2.command = Command::Other(0x99);
     invalid_parameter(smb_proto::msg::Request::decode(&h2, &m).unwrap_err());
 }
+
+#[test]
+fn partial_split_keeps_the_good_prefix() {
+    let mut f = padded(echo(72, 0), 72);
+    f.extend(padded(echo(76, Flags::RELATED_OPERATIONS), 80));
+    f.extend(echo(0, 0));
+    let (good, err) = smb_proto::split_compound_partial(&f);
+    assert_eq!(good.len(), 1);
+    assert_eq!(good[0].header.next_command, 72);
+    let err = err.unwrap();
+    assert!(
+        matches!(err, DecodeError::Compound { index: 1, .. }),
+        "{err:?}"
+    );
+    invalid_parameter(err);
+    let one = echo(0, 0);
+    let (all, none) = smb_proto::split_compound_partial(&one);
+    assert_eq!((all.len(), none), (1, None));
+}

@@ -19,6 +19,7 @@ use smb_proto::{split_compound, Command, DirectTcp, Header};
 
 fn all_decoders(b: &[u8]) {
     let _ = Header::decode(b);
+    let _ = smb_proto::smb1::negotiate_dialects(b);
     let _ = split_compound(b);
     let _ = DirectTcp { max_frame: 1 << 16 }.decode(b);
     if let Ok(h) = Header::decode(b) {

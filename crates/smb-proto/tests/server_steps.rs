@@ -172,3 +172,15 @@ fn session_auth_answers_like_the_windows_server_and_keys_follow() {
         )
         .is_err());
 }
+
+#[test]
+fn wildcard_response_for_smb1_clients() {
+    let r = smb_proto::server::wildcard_response(&config(), 5, &[]);
+    let mut m = vec![0xFE, b'S', b'M', b'B', 64, 0];
+    m.resize(64, 0);
+    r.encode(&mut m);
+    let back = NegotiateResponse::decode(&m).unwrap();
+    assert_eq!(back.dialect, 0x02FF);
+    assert!(back.contexts.is_empty());
+    assert_eq!(back.system_time, 5);
+}

@@ -5,4 +5,4 @@ pub mod auth;
 pub mod negotiate;
 
 pub use auth::{AuthStep, SessionAuth};
-pub use negotiate::{negotiate, NegotiateConfig, Negotiated};
+pub use negotiate::{negotiate, wildcard_response, NegotiateConfig, Negotiated};

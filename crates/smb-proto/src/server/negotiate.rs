@@ -129,3 +129,29 @@ pub fn negotiate<'a>(
         resp,
     ))
 }
+
+/// The SMB2 NEGOTIATE response to an SMB1 multi-protocol NEGOTIATE that offered "SMB 2.???":
+/// dialect 0x02FF, no contexts (MS-SMB2 3.3.5.3.1). It goes out with MessageId 0.
+pub fn wildcard_response<'a>(
+    cfg: &NegotiateConfig,
+    system_time: u64,
+    security_buffer: &'a [u8],
+) -> NegotiateResponse<'a> {
+    let mut security_mode = SECURITY_SIGNING_ENABLED;
+    if cfg.signing_required {
+        security_mode |= SECURITY_SIGNING_REQUIRED;
+    }
+    NegotiateResponse {
+        security_mode,
+        dialect: crate::msg::negotiate::DIALECT_WILDCARD,
+        server_guid: cfg.server_guid,
+        capabilities: cfg.capabilities,
+        max_transact_size: cfg.max_transact_size,
+        max_read_size: cfg.max_read_size,
+        max_write_size: cfg.max_write_size,
+        system_time,
+        server_start_time: cfg.server_start_time,
+        security_buffer,
+        contexts: Vec::new(),
+    }
+}
