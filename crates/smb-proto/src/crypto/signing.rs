@@ -56,7 +56,7 @@ impl std::fmt::Debug for SigningKey {
 
 const ZERO_SIG: [u8; 16] = [0; 16];
 
-fn parts(msg: &[u8]) -> Result<(&[u8], &[u8]), CryptoError> {
+fn parts_of(msg: &[u8]) -> Result<(&[u8], &[u8]), CryptoError> {
     if msg.len() < HEADER_LEN {
         return Err(CryptoError::Malformed("message shorter than a header"));
     }
@@ -71,22 +71,28 @@ impl SigningKey {
 
     /// The signature of `msg` (header first), its Signature field taken as zero.
     pub fn compute(&self, msg: &[u8]) -> Result<[u8; 16], CryptoError> {
-        let (head, body) = parts(msg)?;
+        self.compute_parts(&[msg])
+    }
+
+    /// The same for a message sent as several slices (a READ response's header and fixed
+    /// part, then its data): `parts[0]` holds at least the 64-byte header.
+    pub fn compute_parts(&self, parts: &[&[u8]]) -> Result<[u8; 16], CryptoError> {
+        let (first, rest) = parts
+            .split_first()
+            .ok_or(CryptoError::Malformed("no message"))?;
+        let (head, body) = parts_of(first)?;
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 2);
+        all.extend([head, &ZERO_SIG[..], body]);
+        all.extend_from_slice(rest);
         match self.algorithm {
             SigningAlgorithm::AesCmac => {
                 let mut mac = <Cmac<Aes128> as Mac>::new_from_slice(&self.key)
                     .map_err(|_| CryptoError::Malformed("key length"))?;
-                mac.update(head);
-                mac.update(&ZERO_SIG);
-                mac.update(body);
+                all.iter().for_each(|p| mac.update(p));
                 Ok(mac.finalize().into_bytes().into())
             }
-            SigningAlgorithm::AesGmac => Ok(self.gmac(head, body)),
+            SigningAlgorithm::AesGmac => Ok(gmac_aes128(&self.key, &gmac_nonce(head), &all)),
         }
-    }
-
-    fn gmac(&self, head: &[u8], body: &[u8]) -> [u8; 16] {
-        gmac_aes128(&self.key, &gmac_nonce(head), &[head, &ZERO_SIG, body])
     }
 
     /// Sets SMB2_FLAGS_SIGNED and writes the signature into `msg`.
@@ -100,6 +106,26 @@ impl SigningKey {
         }
         let sig = self.compute(msg)?;
         if let Some(s) = msg.get_mut(SIGNATURE_OFFSET..SIGNATURE_OFFSET + 16) {
+            s.copy_from_slice(&sig);
+        }
+        Ok(())
+    }
+
+    /// Signs a message sent as `head` (the header, perhaps with more) followed by `rest`:
+    /// sets SMB2_FLAGS_SIGNED in `head` and writes the signature there.
+    pub fn sign_parts(&self, head: &mut [u8], rest: &[&[u8]]) -> Result<(), CryptoError> {
+        if head.len() < HEADER_LEN {
+            return Err(CryptoError::Malformed("message shorter than a header"));
+        }
+        if let Some(f) = head.get_mut(FLAGS_OFFSET..FLAGS_OFFSET + 4) {
+            let v = u32::from_le_bytes((&*f).try_into().unwrap_or([0; 4])) | Flags::SIGNED;
+            f.copy_from_slice(&v.to_le_bytes());
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(rest.len() + 1);
+        parts.push(head);
+        parts.extend_from_slice(rest);
+        let sig = self.compute_parts(&parts)?;
+        if let Some(s) = head.get_mut(SIGNATURE_OFFSET..SIGNATURE_OFFSET + 16) {
             s.copy_from_slice(&sig);
         }
         Ok(())
@@ -134,17 +160,47 @@ fn gmac_nonce(head: &[u8]) -> [u8; 12] {
 }
 
 /// AES-128-GMAC of the concatenation of `parts` under a 96-bit nonce (SP800-38D: GHASH over
-/// the AAD and its bit length, XOR E(K, nonce || 1)). Every part but the last must be a whole
-/// number of 16-byte blocks, which the SMB header split (48 + 16 bytes) is.
+/// the AAD and its bit length, XOR E(K, nonce || 1)). Parts may split anywhere: partial blocks
+/// are carried over to the next part.
 fn gmac_aes128(key: &[u8; 16], nonce: &[u8; 12], parts: &[&[u8]]) -> [u8; 16] {
     let aes = Aes128::new(GenericArray::from_slice(key));
     let mut h = GenericArray::default();
     aes.encrypt_block(&mut h);
     let mut gh = GHash::new(&h);
+    let mut carry = [0u8; 16];
+    let mut held = 0usize;
     let mut total = 0u64;
     for p in parts {
-        gh.update_padded(p);
         total += p.len() as u64;
+        let mut data: &[u8] = p;
+        if held > 0 {
+            let take = (16 - held).min(data.len());
+            let (now, later) = data.split_at(take);
+            if let Some(c) = carry.get_mut(held..held + take) {
+                c.copy_from_slice(now);
+            }
+            held += take;
+            data = later;
+            if held < 16 {
+                continue;
+            }
+            gh.update(&[GenericArray::from(carry)]);
+        }
+        let whole = data.len() - data.len() % 16;
+        let (blocks, tail) = data.split_at(whole);
+        if !blocks.is_empty() {
+            gh.update_padded(blocks);
+        }
+        if let Some(c) = carry.get_mut(..tail.len()) {
+            c.copy_from_slice(tail);
+        }
+        held = tail.len();
+    }
+    if held > 0 {
+        if let Some(c) = carry.get_mut(held..) {
+            c.fill(0);
+        }
+        gh.update(&[GenericArray::from(carry)]);
     }
     let mut lens = [0u8; 16];
     lens[..8].copy_from_slice(&total.wrapping_mul(8).to_be_bytes());
