@@ -78,6 +78,9 @@ fn cmac_signatures_of_the_capture_verify() {
     assert!(main.verify(&resp));
     assert!(main.verify(&hex(cap::BIND_SESSION_SETUP_REQ1)));
     assert!(main.verify(&hex(cap::BIND_SESSION_SETUP_REQ2)));
+    // The interim (MORE_PROCESSING_REQUIRED) binding response is signed with the session's
+    // key too, as the anatomy post says.
+    assert!(main.verify(&hex(cap::BIND_SESSION_SETUP_RESP1)));
     assert!(chan.verify(&hex(cap::BIND_SESSION_SETUP_RESP2)));
     assert!(!main.verify(&hex(cap::BIND_SESSION_SETUP_RESP2)));
 
