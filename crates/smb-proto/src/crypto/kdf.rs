@@ -13,7 +13,7 @@ pub const LABEL_S2C_CIPHER: &[u8] = b"SMBS2CCipherKey\0";
 pub const LABEL_APPLICATION: &[u8] = b"SMBAppKey\0";
 
 /// KDF in counter mode (SP800-108 5.1) with HMAC-SHA256 as PRF, r = 32, the counter before
-/// the fixed input: K(i) = HMAC(Ko, [i]_32 || fixed), concatenated to `out.len()` bytes.
+/// the fixed input: `K(i) = HMAC(Ko, [i]_32 || fixed)`, concatenated to `out.len()` bytes.
 pub fn kdf_counter_fixed(key: &[u8], fixed: &[u8], out: &mut [u8]) {
     for (i, chunk) in out.chunks_mut(32).enumerate() {
         // HMAC takes keys of any length, so new_from_slice cannot fail.
@@ -27,7 +27,7 @@ pub fn kdf_counter_fixed(key: &[u8], fixed: &[u8], out: &mut [u8]) {
     }
 }
 
-/// The SMB form (MS-SMB2 3.1.4.2): fixed input = Label || 0x00 || Context || [L]_32, with
+/// The SMB form (MS-SMB2 3.1.4.2): fixed input = `Label || 0x00 || Context || [L]_32`, with
 /// L = 8 * out.len().
 pub fn kdf_counter_hmac_sha256(key: &[u8], label: &[u8], context: &[u8], out: &mut [u8]) {
     let l_bits = (out.len() as u32).wrapping_mul(8);
