@@ -184,3 +184,76 @@ fn wildcard_response_for_smb1_clients() {
     assert!(back.contexts.is_empty());
     assert_eq!(back.system_time, 5);
 }
+
+/// A client that prefers Kerberos: its optimistic token is not NTLM, so the server names
+/// NTLMSSP with negState request-mic, then takes the NTLM exchange in NegTokenResps and
+/// insists on the mechListMIC.
+#[test]
+fn ntlm_as_second_choice_requests_the_mic() {
+    use smb_proto::auth::der::tlv;
+    use smb_proto::auth::spnego::{parse_client_token, ClientToken, OID_NTLMSSP, OID_SPNEGO};
+    const OID_KRB5: &[u8] = &[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x12, 0x01, 0x02, 0x02];
+    let mut oids = tlv(0x06, OID_KRB5);
+    oids.extend(tlv(0x06, OID_NTLMSSP));
+    let mut seq = tlv(0xA0, &tlv(0x30, &oids));
+    seq.extend(tlv(0xA2, &tlv(0x04, b"\x60\x05not-ntlm")));
+    let mut inner = tlv(0x06, OID_SPNEGO);
+    inner.extend(tlv(0xA0, &tlv(0x30, &seq)));
+    let init = tlv(0x60, &inner);
+
+    let mut auth = SessionAuth::new(ChallengeParams {
+        server_challenge: [7; 8],
+        timestamp: 0,
+        nb_domain: "D".into(),
+        nb_computer: "C".into(),
+        dns_domain: "d".into(),
+        dns_computer: "c".into(),
+        version: [0; 8],
+    });
+    let AuthStep::Continue(first) = auth.step(&init, |_, _| None).unwrap() else {
+        panic!()
+    };
+    let ClientToken::Resp {
+        neg_state,
+        supported_mech,
+        response_token,
+        ..
+    } = parse_client_token(&first).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(neg_state, Some(3), "request-mic");
+    assert_eq!(supported_mech, Some(OID_NTLMSSP));
+    assert_eq!(response_token, None);
+
+    // Now the NTLM NEGOTIATE in a NegTokenResp: accept-incomplete with the CHALLENGE.
+    let req1 = hex(cap::SESSION_SETUP_REQ1);
+    let t1 =
+        parse_client_token(SessionSetupRequest::decode(&req1).unwrap().security_buffer).unwrap();
+    let resp = tlv(0xA1, &tlv(0x30, &tlv(0xA2, &tlv(0x04, t1.ntlm().unwrap()))));
+    let AuthStep::Continue(second) = auth.step(&resp, |_, _| None).unwrap() else {
+        panic!()
+    };
+    let ClientToken::Resp {
+        neg_state,
+        response_token,
+        ..
+    } = parse_client_token(&second).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(neg_state, Some(1));
+    assert!(response_token.unwrap().starts_with(b"NTLMSSP\0\x02"));
+
+    // An AUTHENTICATE without a mechListMIC is refused before NTLM is even checked.
+    let req2 = hex(cap::SESSION_SETUP_REQ2);
+    let t2 =
+        parse_client_token(SessionSetupRequest::decode(&req2).unwrap().security_buffer).unwrap();
+    let bare = tlv(0xA1, &tlv(0x30, &tlv(0xA2, &tlv(0x04, t2.ntlm().unwrap()))));
+    assert_eq!(
+        auth.clone()
+            .step(&bare, |_, _| Some(nt_hash(cap::PASSWORD)))
+            .unwrap_err(),
+        smb_proto::auth::AuthError::BadMic
+    );
+}

@@ -26,6 +26,11 @@ pub struct SessionAuth {
     mech_types: Option<Vec<u8>>,
     /// Whether the client wraps in SPNEGO (raw NTLMSSP is answered raw).
     spnego: bool,
+    /// NTLMSSP was not the client's first choice, so both mechListMICs are required
+    /// (RFC 4178 5, negState request-mic).
+    mic_required: bool,
+    /// Whether a reply went out already (request-mic goes in the first only).
+    replied: bool,
 }
 
 impl SessionAuth {
@@ -34,6 +39,8 @@ impl SessionAuth {
             ntlm: NtlmServer::new(params),
             mech_types: None,
             spnego: true,
+            mic_required: false,
+            replied: false,
         }
     }
 
@@ -57,6 +64,7 @@ impl SessionAuth {
                 )));
             }
             self.mech_types = Some(mech_types_der.to_vec());
+            self.mic_required = mech_types.first() != Some(&OID_NTLMSSP);
         }
         self.spnego = !matches!(token, ClientToken::RawNtlmssp(_));
         // An optimistic token for another mechanism is ignored; the client then sends NTLM.
@@ -64,13 +72,13 @@ impl SessionAuth {
         match ntlm.and_then(message_type) {
             Some(1) => {
                 let challenge = self.ntlm.negotiate(ntlm.unwrap_or(&[]))?;
-                Ok(AuthStep::Continue(self.wrap(
-                    NegState::AcceptIncomplete,
-                    Some(&challenge),
-                    None,
-                )))
+                let state = self.first_state();
+                Ok(AuthStep::Continue(self.wrap(state, Some(&challenge), None)))
             }
             Some(3) => {
+                if self.mic_required && token.mech_list_mic().is_none() {
+                    return Err(AuthError::BadMic);
+                }
                 let session = self.ntlm.authenticate(ntlm.unwrap_or(&[]), lookup)?;
                 let mut server_mic = None;
                 if let (Some(list), Some(mic)) = (&self.mech_types, token.mech_list_mic()) {
@@ -97,14 +105,25 @@ impl SessionAuth {
             Some(t) => Err(AuthError::UnexpectedMessage(t)),
             None if matches!(token, ClientToken::Init { .. }) => {
                 // No NTLM token yet: name the mechanism and wait for the NEGOTIATE.
+                let state = self.first_state();
                 Ok(AuthStep::Continue(neg_token_resp(
-                    NegState::AcceptIncomplete,
+                    state,
                     Some(OID_NTLMSSP),
                     None,
                     None,
                 )))
             }
             None => Err(AuthError::OutOfOrder),
+        }
+    }
+
+    fn first_state(&mut self) -> NegState {
+        let first = !self.replied;
+        self.replied = true;
+        if self.mic_required && first {
+            NegState::RequestMic
+        } else {
+            NegState::AcceptIncomplete
         }
     }
 
