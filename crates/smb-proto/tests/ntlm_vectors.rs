@@ -98,3 +98,31 @@ fn spec_authenticate_verifies_and_yields_the_session_keys() {
         Err(AuthError::BadResponse)
     );
 }
+
+/// Some clients fold an empty domain into NTOWFv2 while sending one in the message. The response
+/// below is computed here from the MS-NLMP 3.3.2 formulas with an empty UserDom.
+#[test]
+fn a_response_keyed_without_the_domain_verifies() {
+    use hmac::{Hmac, Mac};
+    type H = Hmac<md5::Md5>;
+    let hm = |k: &[u8], parts: &[&[u8]]| {
+        let mut m = <H as Mac>::new_from_slice(k).unwrap();
+        parts.iter().for_each(|p| m.update(p));
+        m.finalize().into_bytes().to_vec()
+    };
+    let bytes = hex(AUTHENTICATE);
+    let auth = AuthenticateMessage::decode(&bytes).unwrap();
+    let blob = &auth.nt_response[16..];
+    let challenge = hex("0123456789abcdef");
+    let who: Vec<u8> = "USER".encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let key = hm(&nt_hash("Password"), &[&who]);
+    let proof = hm(&key, &[&challenge, blob]);
+
+    let mut msg = bytes.clone();
+    let nt_off = u32::from_le_bytes(msg[24..28].try_into().unwrap()) as usize;
+    msg[nt_off..nt_off + 16].copy_from_slice(&proof);
+    let auth = AuthenticateMessage::decode(&msg).unwrap();
+    assert_eq!(auth.domain_name().unwrap(), "Domain");
+    let keys = verify_ntlmv2(&auth, &nt_hash("Password"), &challenge.try_into().unwrap()).unwrap();
+    assert_eq!(keys.session_base_key.to_vec(), hm(&key, &[&proof]));
+}

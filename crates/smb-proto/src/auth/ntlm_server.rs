@@ -74,11 +74,20 @@ pub fn verify_ntlmv2(
         return Err(AuthError::NotNtlmV2);
     }
     let resp = NtlmV2Response::decode(auth.nt_response)?;
-    let key = ntowf_v2(nt_hash, &auth.user_name()?, &auth.domain_name()?);
-    let proof = hmac_md5(&key, &[server_challenge, resp.blob]);
-    if !bool::from(proof.ct_eq(resp.nt_proof_str)) {
-        return Err(AuthError::BadResponse);
+    let user = auth.user_name()?;
+    let domain = auth.domain_name()?;
+    // The domain as sent first, then upper-cased, then empty: clients differ in which one
+    // they fold into NTOWFv2.
+    let mut found = None;
+    for d in [domain.clone(), domain.to_uppercase(), String::new()] {
+        let key = ntowf_v2(nt_hash, &user, &d);
+        let proof = hmac_md5(&key, &[server_challenge, resp.blob]);
+        if bool::from(proof.ct_eq(resp.nt_proof_str)) {
+            found = Some((key, proof));
+            break;
+        }
     }
+    let (key, proof) = found.ok_or(AuthError::BadResponse)?;
     let session_base_key = hmac_md5(&key, &[&proof]);
     let exported_session_key = if auth.flags & flags::KEY_EXCH != 0 {
         let enc: [u8; 16] = auth
