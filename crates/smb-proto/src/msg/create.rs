@@ -288,8 +288,8 @@ impl<'a> Message<'a> for CreateResponse<'a> {
         let fields = out.len();
         put_u32(out, 0);
         put_u32(out, 0);
+        // Without contexts the body ends after its 88 fixed bytes, as smbd sends it.
         if self.contexts.is_empty() {
-            out.push(0);
             return;
         }
         pad_to(out, start, 8);
