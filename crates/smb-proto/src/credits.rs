@@ -13,6 +13,12 @@ use crate::status::NtStatus;
 /// One credit covers 64 KiB of payload.
 pub const CREDIT_UNIT: u64 = 65536;
 
+/// CANCEL takes no MessageId of its own: it names the request it cancels, so the window does
+/// not charge it (MS-SMB2 3.3.5.2.3).
+pub fn is_charged(command: crate::header::Command) -> bool {
+    command != crate::header::Command::Cancel
+}
+
 /// Credits a payload of `len` bytes costs with large MTU: ceil(len / 64 KiB), at least 1.
 pub fn charge_for(len: u64) -> u64 {
     len.div_ceil(CREDIT_UNIT).max(1)

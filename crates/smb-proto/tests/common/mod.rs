@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod captures;
+pub mod frames;
 
 pub fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
