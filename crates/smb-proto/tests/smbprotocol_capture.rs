@@ -14,7 +14,7 @@ use smb_proto::msg::create_ctx::*;
 use smb_proto::msg::*;
 use smb_proto::{split_compound, Command, HeaderIds, NtStatus, RelatedIds};
 
-fn find<'a>(frames: &'a [Vec<u8>], cmd: Command) -> Vec<&'a [u8]> {
+fn find(frames: &[Vec<u8>], cmd: Command) -> Vec<&[u8]> {
     frames
         .iter()
         .flat_map(|f| split_compound(f).unwrap())
