@@ -130,7 +130,7 @@ fn captures() -> Vec<Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(5000))]
 
     #[test]
     fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..400)) {

@@ -76,7 +76,7 @@ macro_rules! check {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn header(h in header_strategy()) {
