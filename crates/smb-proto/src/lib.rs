@@ -6,6 +6,38 @@
 //! Nothing here opens a socket, reads a clock or draws random bytes: time, challenges, salts and
 //! nonces are arguments. Decoders never panic on peer input; their errors say which status the
 //! server answers with (or that it drops the connection).
+//!
+//! A request's way through, with an ECHO:
+//!
+//! ```
+//! use smb_proto::crypto::{SigningAlgorithm, SigningKey};
+//! use smb_proto::msg::{encode_message, EchoRequest, EchoResponse, Request};
+//! use smb_proto::{split_compound, Command, DirectTcp, Header, NtStatus};
+//!
+//! // What a client might send: one ECHO, framed for direct TCP.
+//! let mut blank = vec![0xFE, b'S', b'M', b'B', 64, 0];
+//! blank.resize(64, 0);
+//! let mut h = Header::decode(&blank).unwrap();
+//! h.command = Command::Echo;
+//! h.message_id = 7;
+//! let msg = encode_message(&h, &EchoRequest);
+//! let mut wire = DirectTcp::prefix(msg.len()).unwrap().to_vec();
+//! wire.extend_from_slice(&msg);
+//!
+//! // The server: frame, chain, request.
+//! let (used, frame) = DirectTcp::default().decode(&wire).unwrap().unwrap();
+//! assert_eq!(used, wire.len());
+//! for e in split_compound(frame).unwrap() {
+//!     let req = Request::decode(&e.header, e.bytes).unwrap();
+//!     assert_eq!(req, Request::Echo(EchoRequest));
+//!     // The answer, signed with the session's key.
+//!     let resp = Header::response_to(&e.header, NtStatus::SUCCESS, 1);
+//!     let mut out = encode_message(&resp, &EchoResponse);
+//!     let key = SigningKey::new(SigningAlgorithm::AesGmac, [0x11; 16]);
+//!     key.sign(&mut out).unwrap();
+//!     assert!(key.verify(&out));
+//! }
+//! ```
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 

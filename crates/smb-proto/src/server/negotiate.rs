@@ -102,12 +102,14 @@ pub fn negotiate<'a>(
     if cfg.signing_required {
         security_mode |= SECURITY_SIGNING_REQUIRED;
     }
-    let capabilities = cfg.capabilities & req.capabilities;
+    // SMB2_GLOBAL_CAP_ENCRYPTION belongs to 3.0.x; 3.1.1 negotiates ciphers by context.
+    let offered = cfg.capabilities & !crate::msg::negotiate::CAP_ENCRYPTION;
+    let capabilities = offered & req.capabilities;
     let resp = NegotiateResponse {
         security_mode,
         dialect: DIALECT_311,
         server_guid: cfg.server_guid,
-        capabilities: cfg.capabilities,
+        capabilities: offered,
         max_transact_size: cfg.max_transact_size,
         max_read_size: cfg.max_read_size,
         max_write_size: cfg.max_write_size,
