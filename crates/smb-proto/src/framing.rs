@@ -48,3 +48,44 @@ impl DirectTcp {
         Some([0, b[1], b[2], b[3]])
     }
 }
+
+/// What a transport frame holds, by its protocol id: the server decrypts a transform frame
+/// before splitting its plaintext into a chain, and answers an SMB1 NEGOTIATE with `smb1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// 0xFE 'SMB': an SMB2 message or chain.
+    Smb2,
+    /// 0xFD 'SMB': an encrypted message (TRANSFORM_HEADER).
+    Transform,
+    /// 0xFC 'SMB': a compressed message, which this crate does not negotiate.
+    Compressed,
+    /// 0xFF 'SMB': SMB1, in practice a multi-protocol NEGOTIATE.
+    Smb1,
+    Unknown,
+}
+
+impl FrameKind {
+    pub fn of(frame: &[u8]) -> FrameKind {
+        match frame.get(..4) {
+            Some([0xFE, b'S', b'M', b'B']) => FrameKind::Smb2,
+            Some([0xFD, b'S', b'M', b'B']) => FrameKind::Transform,
+            Some([0xFC, b'S', b'M', b'B']) => FrameKind::Compressed,
+            Some([0xFF, b'S', b'M', b'B']) => FrameKind::Smb1,
+            _ => FrameKind::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_kinds() {
+        assert_eq!(FrameKind::of(b"\xfeSMB@"), FrameKind::Smb2);
+        assert_eq!(FrameKind::of(b"\xfdSMB"), FrameKind::Transform);
+        assert_eq!(FrameKind::of(b"\xfcSMB"), FrameKind::Compressed);
+        assert_eq!(FrameKind::of(b"\xffSMBr"), FrameKind::Smb1);
+        assert_eq!(FrameKind::of(b"\xfeSM"), FrameKind::Unknown);
+    }
+}

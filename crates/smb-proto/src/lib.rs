@@ -56,6 +56,6 @@ pub(crate) mod wire;
 
 pub use compound::{split_compound, split_compound_partial, Element, RelatedIds, ResponseChain};
 pub use error::{Answer, DecodeError};
-pub use framing::DirectTcp;
+pub use framing::{DirectTcp, FrameKind};
 pub use header::{Command, Flags, Header, HeaderIds, HEADER_LEN};
 pub use status::NtStatus;
