@@ -1,0 +1,8 @@
+//! Server-side steps built on the messages: choosing what a NEGOTIATE settles, and the
+//! SESSION_SETUP authentication exchange. Both are plain state and functions, no I/O.
+
+pub mod auth;
+pub mod negotiate;
+
+pub use auth::{AuthStep, SessionAuth};
+pub use negotiate::{negotiate, wildcard_response, NegotiateConfig, Negotiated};
