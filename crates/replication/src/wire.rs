@@ -203,3 +203,22 @@ pub struct Message {
     pub header: Header,
     pub body: Body,
 }
+
+impl Message {
+    /// The message without its data payloads, for logs.
+    pub fn body_summary(&self) -> String {
+        match &self.body {
+            Body::Write(w) => format!(
+                "Write wseq {} seen {} {}+{} fua {}",
+                w.wseq, w.seen, w.lba, w.blocks, w.fua
+            ),
+            Body::ResyncData(d) => format!("ResyncData {}+{}", d.lba, d.blocks),
+            Body::Bitmap(b) => format!(
+                "Bitmap from word {} ({} words)",
+                b.first_word,
+                b.words.len()
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+}

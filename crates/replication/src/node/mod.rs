@@ -263,6 +263,28 @@ impl Replica {
         self.gens
     }
 
+    /// A one-line description of every operation in flight, for failure reports.
+    pub fn describe_inflight(&self) -> String {
+        let mut out = String::new();
+        for s in self.ops.occupied() {
+            if let Some(o) = self.ops.get(s) {
+                out.push_str(&format!(
+                    "[{:?} {}+{} order {} wseq {} {:?} {:?} al {:?} retry {}] ",
+                    o.kind, o.lba, o.blocks, o.order, o.wseq, o.phase, o.peer, o.al, o.retry
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "persisted {}/{} acks waiting {} last peer wseq {} unadmitted {}",
+            self.persisted,
+            self.journal,
+            self.acks_waiting.len(),
+            self.last_peer_wseq,
+            self.unadmitted.len()
+        ));
+        out
+    }
+
     /// Dirty regions (may differ from the peer).
     pub fn dirty_regions(&self) -> u64 {
         meta::count_set(&self.bitmap)
@@ -280,7 +302,20 @@ impl Replica {
 
     /// The journal is durable through `token`.
     pub fn meta_persisted(&mut self, now: Nanos, token: Token) {
+        let before = self.persisted;
         self.persisted = self.persisted.max(token.min(self.journal));
+        if before < self.alone_token && self.persisted >= self.alone_token {
+            // Writes waiting for the new generation to be durable may be acknowledged alone.
+            for slot in 0..self.ops.len() as u32 {
+                if self
+                    .ops
+                    .get(slot)
+                    .is_some_and(|o| o.peer == ops::PeerSide::Local)
+                {
+                    self.maybe_finish_own(slot);
+                }
+            }
+        }
         self.pump(now);
     }
 
@@ -334,7 +369,8 @@ impl Replica {
 
     /// Mark regions `first .. first + count` dirty, persisting new bits.
     fn mark_regions(&mut self, first: u64, count: u64) {
-        if meta::any_clear(&self.bitmap, first, count) {
+        let count = count.min(self.cfg.regions().saturating_sub(first));
+        if count > 0 && meta::any_clear(&self.bitmap, first, count) {
             meta::set_range(&mut self.bitmap, first, count, true);
             self.persist(MetaOp::BitsSet { first, count });
         }

@@ -10,6 +10,10 @@ pub(crate) enum Kind {
     Own { id: WriteId },
     /// A write replicated from the peer.
     Peer { wseq: u64 },
+    /// A peer write this node (the leader) refused as superseded: applies nothing, but is
+    /// acknowledged only once the writes that cover it are applied here, so the peer cannot
+    /// acknowledge it while a read here would still find older data.
+    Superseded { wseq: u64 },
     /// Sync source: reading dirty regions to send.
     ResyncRead,
     /// Sync target: applying resync data.
@@ -97,7 +101,7 @@ impl Op {
     }
 
     pub(crate) fn needs_al(&self) -> bool {
-        !matches!(self.kind, Kind::ResyncRead)
+        !matches!(self.kind, Kind::ResyncRead | Kind::Superseded { .. })
     }
 }
 

@@ -238,6 +238,18 @@ impl Replica {
             if earlier {
                 continue;
             }
+            if let Kind::Superseded { wseq } = op.kind {
+                if op.session == self.session && self.link == Link::Up {
+                    let fence = self.last_sent_wseq;
+                    self.send(Body::WriteAck(WriteAck {
+                        wseq,
+                        status: WriteStatus::Superseded,
+                        fence,
+                    }));
+                }
+                self.free(slot);
+                continue;
+            }
             let token = self.ops.token(slot);
             let Some(op) = self.ops.get_mut(slot) else {
                 continue;
@@ -302,7 +314,7 @@ impl Replica {
                 }
                 self.free(slot);
             }
-            Kind::ResyncRead => {}
+            Kind::ResyncRead | Kind::Superseded { .. } => {}
         }
         self.pump(now);
     }
@@ -444,12 +456,8 @@ impl Replica {
                 };
             }
         }
-        if status != WriteStatus::Applied {
-            if status == WriteStatus::Superseded {
-                self.stats.superseded += 1;
-            } else {
-                self.stats.retried += 1;
-            }
+        if status == WriteStatus::Retry {
+            self.stats.retried += 1;
             let fence = self.last_sent_wseq;
             self.send(Body::WriteAck(WriteAck {
                 wseq: w.wseq,
@@ -457,14 +465,13 @@ impl Replica {
                 fence,
             }));
         } else {
-            let op = Op::new(
-                Kind::Peer { wseq: w.wseq },
-                w.lba,
-                w.blocks,
-                w.fua,
-                w.data,
-                self.session,
-            );
+            let kind = if status == WriteStatus::Superseded {
+                self.stats.superseded += 1;
+                Kind::Superseded { wseq: w.wseq }
+            } else {
+                Kind::Peer { wseq: w.wseq }
+            };
+            let op = Op::new(kind, w.lba, w.blocks, w.fua, w.data, self.session);
             let Some(slot) = self.ops.insert(op) else {
                 self.refuse("Write", "too many writes in flight");
                 self.drop_peer(now);
