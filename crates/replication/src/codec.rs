@@ -80,7 +80,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Body::Hello(h) => {
             out.put_u16_le(h.version);
             put_gens(out, &h.gens);
-            out.put_u8(u8::from(h.outdated) | u8::from(h.alone) << 1);
+            out.put_u8(u8::from(h.outdated) | u8::from(h.alone) << 1 | u8::from(h.booted) << 2);
             out.put_u64_le(h.lun_blocks);
             out.put_u32_le(h.block_size);
             out.put_u32_le(h.region_blocks);
@@ -238,7 +238,7 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
             let version = r.u16()?;
             let gens = r.gens()?;
             let flags = r.u8()?;
-            if flags > 3 {
+            if flags > 7 {
                 return Err(DecodeError::Invalid("Hello flags"));
             }
             Body::Hello(Hello {
@@ -246,6 +246,7 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
                 gens,
                 outdated: flags & 1 != 0,
                 alone: flags & 2 != 0,
+                booted: flags & 4 != 0,
                 lun_blocks: r.u64()?,
                 block_size: r.u32()?,
                 region_blocks: r.u32()?,

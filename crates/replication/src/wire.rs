@@ -45,6 +45,9 @@ pub struct Hello {
     pub outdated: bool,
     /// The sender currently holds the epoch alone.
     pub alone: bool,
+    /// The sender started from disk and has served nothing since: after a power loss its disk
+    /// may lack writes the peer acknowledged, so with equal generations the peer is the source.
+    pub booted: bool,
     /// The LUN size in blocks, the block size and the bitmap granularity: both ends must agree.
     pub lun_blocks: u64,
     pub block_size: u32,

@@ -20,29 +20,20 @@ fn body() -> impl Strategy<Value = Body> {
         (
             any::<u16>(),
             gens(),
-            any::<bool>(),
-            any::<bool>(),
+            0u8..8,
             any::<u64>(),
             any::<u32>(),
             any::<u32>(),
             any::<u64>()
         )
             .prop_map(
-                |(
-                    version,
-                    gens,
-                    outdated,
-                    alone,
-                    lun_blocks,
-                    block_size,
-                    region_blocks,
-                    next_wseq,
-                )| {
+                |(version, gens, flags, lun_blocks, block_size, region_blocks, next_wseq)| {
                     Body::Hello(Hello {
                         version,
                         gens,
-                        outdated,
-                        alone,
+                        outdated: flags & 1 != 0,
+                        alone: flags & 2 != 0,
+                        booted: flags & 4 != 0,
                         lun_blocks,
                         block_size,
                         region_blocks,

@@ -4,11 +4,10 @@
 use super::ops::{Kind, PeerSide, Phase};
 use super::{channel_index, Link, Replica, State};
 use crate::action::{Action, Event, HostError};
-use crate::codec::VERSION;
 use crate::config::Nanos;
 use crate::epoch::RaceOutcome;
 use crate::meta::{self, fresh_generation, MetaOp};
-use crate::wire::{Bitmap, BitmapEnd, Body, Heartbeat, HeartbeatAck, Hello, Message};
+use crate::wire::{Bitmap, BitmapEnd, Body, Heartbeat, HeartbeatAck, Message};
 
 /// Words per `Bitmap` message.
 const BITMAP_CHUNK: usize = 512;
@@ -49,16 +48,7 @@ impl Replica {
                 }
             }
         }
-        let hello = Hello {
-            version: VERSION,
-            gens: self.gens,
-            outdated: self.outdated,
-            alone: matches!(self.state, State::Alone { .. }),
-            lun_blocks: self.cfg.lun_blocks,
-            block_size: self.cfg.block_size,
-            region_blocks: self.cfg.region_blocks,
-            next_wseq: self.next_wseq,
-        };
+        let hello = self.my_hello();
         self.send(Body::Hello(hello));
         let words = self.bitmap.len();
         let mut first = 0;
@@ -342,6 +332,25 @@ impl Replica {
             }
         }
         self.pump(now);
+    }
+
+    /// Operator override: a node that started from disk while paired waits for its peer rather
+    /// than race (its disk may lack writes the peer acknowledged before a power loss). If the
+    /// peer is known to be gone for good, this lets it race for the epoch now.
+    pub fn force_race(&mut self, now: Nanos) {
+        if let State::Suspended {
+            serving,
+            racing: false,
+            ..
+        } = self.state
+        {
+            self.state = State::Suspended {
+                serving,
+                race_at: now,
+                racing: false,
+            };
+            self.tick(now);
+        }
     }
 
     /// Whether the store accepted `MarkInSync` (retried on the next tick if not).

@@ -232,6 +232,15 @@ impl Replica {
         }
         if r.outdated {
             r.state = State::Outdated;
+        } else if r.gens.bitmap == 0 {
+            // Paired when it stopped: the peer may hold acknowledged writes this disk lost, so
+            // wait for it (or for `force_race`). A node that held the epoch alone (an open
+            // bitmap generation) had the only current copy and may race.
+            r.state = State::Suspended {
+                serving: false,
+                race_at: Nanos::MAX,
+                racing: false,
+            };
         }
         let alua = r.state.alua();
         r.actions.push_back(Action::SetAlua(alua));

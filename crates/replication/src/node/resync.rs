@@ -37,7 +37,8 @@ pub enum Decision {
 /// Decide from both nodes' `Hello` (indexed by node id) who is the sync source — the same
 /// answer on both nodes. A node that knows it is outdated is never the source; otherwise the
 /// generation identifiers say who moved on from whom; equal data generations resync the dirty
-/// regions from the node that holds the epoch alone, or else from the preferred node.
+/// regions from the node that holds the epoch alone, else from one that kept running over one
+/// that started from disk, else from the preferred node.
 pub fn decide(hello: [&Hello; 2], preferred: NodeId) -> Decision {
     let [a, b] = hello;
     let partial = |src: &Generations, dst: &Generations| {
@@ -60,9 +61,11 @@ pub fn decide(hello: [&Hello; 2], preferred: NodeId) -> Decision {
         return Decision::Refuse;
     }
     if a.gens.current == b.gens.current {
-        return sync(if a.alone {
+        // Equal data: the node that kept running has everything either acknowledged; one
+        // that started from disk may have lost unflushed writes to a power loss.
+        return sync(if a.alone || (b.booted && !a.booted) {
             0
-        } else if b.alone {
+        } else if b.alone || (a.booted && !b.booted) {
             1
         } else {
             preferred
@@ -82,6 +85,20 @@ pub fn decide(hello: [&Hello; 2], preferred: NodeId) -> Decision {
 }
 
 impl Replica {
+    pub(super) fn my_hello(&self) -> Hello {
+        Hello {
+            version: VERSION,
+            gens: self.gens,
+            outdated: self.outdated,
+            alone: matches!(self.state, State::Alone { .. }),
+            booted: matches!(self.state, State::Suspended { serving: false, .. }),
+            lun_blocks: self.cfg.lun_blocks,
+            block_size: self.cfg.block_size,
+            region_blocks: self.cfg.region_blocks,
+            next_wseq: self.next_wseq,
+        }
+    }
+
     pub(super) fn on_hello(&mut self, now: Nanos, epoch: u64, h: Hello) {
         let matches = h.version == VERSION
             && h.lun_blocks == self.cfg.lun_blocks
@@ -141,16 +158,7 @@ impl Replica {
             self.drop_peer(now);
             return;
         }
-        let me = Hello {
-            version: VERSION,
-            gens: self.gens,
-            outdated: self.outdated,
-            alone: matches!(self.state, State::Alone { .. }),
-            lun_blocks: self.cfg.lun_blocks,
-            block_size: self.cfg.block_size,
-            region_blocks: self.cfg.region_blocks,
-            next_wseq: self.next_wseq,
-        };
+        let me = self.my_hello();
         let pair = if self.cfg.node == 0 {
             [&me, &peer_hello]
         } else {

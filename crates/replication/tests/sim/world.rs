@@ -875,6 +875,12 @@ impl World {
     }
 
     fn crash(&mut self, n: usize, power: bool) {
+        if self.trace {
+            println!(
+                "{:>10.3} n{n} CRASH power loss {power}",
+                self.now as f64 / 1e6
+            );
+        }
         let mut rng = StdRng::seed_from_u64(self.rng.gen());
         let node = &mut self.nodes[n];
         node.replica = None;
