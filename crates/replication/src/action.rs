@@ -99,9 +99,9 @@ pub enum Action {
     /// Race for the epoch in the store (see [`crate::epoch::race_proposal`]); call
     /// `race_result`.
     RaceForEpoch,
-    /// Clear the peer's outdated mark in the store (see [`crate::epoch::in_sync_proposal`]);
-    /// call `in_sync_result`.
-    MarkInSync,
+    /// Clear the peer's outdated mark in the store if the record is still at `epoch` (see
+    /// [`crate::epoch::in_sync_proposal`]); call `in_sync_result`.
+    MarkInSync { epoch: u64 },
     /// Set this node's target port groups' ALUA state.
     SetAlua(Alua),
     /// Resync progress: regions still to copy (sync source only).

@@ -12,10 +12,21 @@ struct Slot {
     /// Journal token of the `AlSet` that loaded it (durable once persisted through it).
     token: u64,
     users: u32,
+    /// Users that are own writes waiting for the peer (held beyond their local apply).
+    own: u32,
     last_use: u64,
     /// Apply-completion counter of the last write to it.
     last_apply: u64,
 }
+
+const EMPTY: Slot = Slot {
+    extent: None,
+    token: 0,
+    users: 0,
+    own: 0,
+    last_use: 0,
+    last_apply: 0,
+};
 
 /// What [`ActivityLog::acquire`] decided.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,15 +50,8 @@ pub(crate) struct ActivityLog {
 
 impl ActivityLog {
     pub(crate) fn new(slots: usize, extent_blocks: u64) -> ActivityLog {
-        let empty = Slot {
-            extent: None,
-            token: 0,
-            users: 0,
-            last_use: 0,
-            last_apply: 0,
-        };
         ActivityLog {
-            slots: vec![empty; slots],
+            slots: vec![EMPTY; slots],
             extent_blocks,
             clock: 0,
             synced: 0,
@@ -62,44 +66,61 @@ impl ActivityLog {
         )
     }
 
+    /// Most slots own writes may hold at once. Own writes keep their extents until the peer
+    /// confirms, and the peer's writes need slots here to get confirmed: without this bound
+    /// the two nodes could each fill their log with writes waiting for the other.
+    fn own_limit(&self) -> usize {
+        self.slots.len() / 2
+    }
+
     /// Most extents an operation may span.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
+        self.own_limit()
     }
 
     fn find(&self, extent: u64) -> Option<usize> {
         self.slots.iter().position(|s| s.extent == Some(extent))
     }
 
-    /// Take extents `first..=last` for one operation. `persist` is called for each slot that
-    /// must be (re)loaded, with `(slot, extent)`, and returns the journal token of that write.
+    fn evictable(&self, s: &Slot, first: u64, last: u64) -> bool {
+        s.users == 0
+            && (s.extent.is_none() || s.last_apply <= self.synced)
+            && !s.extent.is_some_and(|e| e >= first && e <= last)
+    }
+
+    /// Take extents `first..=last` for one operation (`own`: an own write, held until the
+    /// peer confirms). `persist` is called for each slot that must be (re)loaded, with
+    /// `(slot, extent)`, and returns the journal token of that write.
     pub(crate) fn acquire(
         &mut self,
         first: u64,
         last: u64,
+        own: bool,
         mut persist: impl FnMut(u32, u64) -> u64,
     ) -> Acquire {
+        if own {
+            let held = self.slots.iter().filter(|s| s.own > 0).count();
+            let more = (first..=last)
+                .filter(|&e| self.find(e).map_or(true, |i| self.slots[i].own == 0))
+                .count();
+            if held + more > self.own_limit() {
+                return Acquire::Busy;
+            }
+        }
         let missing = (first..=last).filter(|&e| self.find(e).is_none()).count();
         if missing > 0 {
             let free = self
                 .slots
                 .iter()
-                .filter(|s| s.users == 0 && (s.extent.is_none() || s.last_apply <= self.synced))
+                .filter(|s| self.evictable(s, first, last))
                 .count();
-            // Slots of this operation's own extents are not candidates, but they have users
-            // only once taken below, so count them out explicitly.
-            let own = self
-                .slots
-                .iter()
-                .filter(|s| s.users == 0 && s.extent.is_some_and(|e| e >= first && e <= last))
-                .count();
-            if free.saturating_sub(own) < missing {
+            if free < missing {
                 let unsynced = self
                     .slots
                     .iter()
                     .filter(|s| s.users == 0 && s.extent.is_some() && s.last_apply > self.synced)
                     .count();
-                return if free.saturating_sub(own) + unsynced >= missing {
+                return if free + unsynced >= missing {
                     Acquire::NeedSync
                 } else {
                     Acquire::Busy
@@ -112,18 +133,21 @@ impl ActivityLog {
             let i = match self.find(e) {
                 Some(i) => i,
                 None => {
-                    let synced = self.synced;
+                    // Prefer an empty slot, else the least recently used evictable one.
                     let mut best: Option<usize> = None;
                     for (i, s) in self.slots.iter().enumerate() {
-                        let candidate = s.users == 0
-                            && (s.extent.is_none() || s.last_apply <= synced)
-                            && !s.extent.is_some_and(|x| x >= first && x <= last);
-                        if candidate
-                            && best.map_or(true, |b| {
-                                self.slots[b].extent.is_some()
-                                    && (s.extent.is_none() || s.last_use < self.slots[b].last_use)
-                            })
-                        {
+                        if !self.evictable(s, first, last) {
+                            continue;
+                        }
+                        let better = match best {
+                            None => true,
+                            Some(b) => {
+                                let cur = &self.slots[b];
+                                cur.extent.is_some()
+                                    && (s.extent.is_none() || s.last_use < cur.last_use)
+                            }
+                        };
+                        if better {
                             best = Some(i);
                         }
                     }
@@ -132,15 +156,14 @@ impl ActivityLog {
                     self.slots[i] = Slot {
                         extent: Some(e),
                         token: t,
-                        users: 0,
-                        last_use: 0,
-                        last_apply: 0,
+                        ..EMPTY
                     };
                     i
                 }
             };
             let s = &mut self.slots[i];
             s.users += 1;
+            s.own += u32::from(own);
             s.last_use = self.clock;
             token = token.max(s.token);
         }
@@ -149,11 +172,14 @@ impl ActivityLog {
 
     /// Give back extents `first..=last`; `applied` is the apply-completion counter of the write
     /// that used them (0 if nothing was written).
-    pub(crate) fn release(&mut self, first: u64, last: u64, applied: u64) {
+    pub(crate) fn release(&mut self, first: u64, last: u64, applied: u64, own: bool) {
         for e in first..=last {
             if let Some(i) = self.find(e) {
                 let s = &mut self.slots[i];
                 s.users = s.users.saturating_sub(1);
+                if own {
+                    s.own = s.own.saturating_sub(1);
+                }
                 s.last_apply = s.last_apply.max(applied);
             }
         }
@@ -173,24 +199,70 @@ mod tests {
 
     #[test]
     fn evicts_only_synced_unused_extents() {
-        let mut al = ActivityLog::new(2, 8);
+        let mut al = ActivityLog::new(4, 8);
         let mut next = 0;
         let mut persist = |_s: u32, _e: u64| {
             next += 1;
             next
         };
-        assert_eq!(al.acquire(0, 0, &mut persist), Acquire::Held { token: 1 });
-        assert_eq!(al.acquire(1, 1, &mut persist), Acquire::Held { token: 2 });
-        // Both slots in use.
-        assert_eq!(al.acquire(2, 2, &mut persist), Acquire::Busy);
-        al.release(0, 0, 5);
+        assert_eq!(
+            al.acquire(0, 0, false, &mut persist),
+            Acquire::Held { token: 1 }
+        );
+        assert_eq!(
+            al.acquire(1, 1, false, &mut persist),
+            Acquire::Held { token: 2 }
+        );
+        assert_eq!(
+            al.acquire(2, 3, false, &mut persist),
+            Acquire::Held { token: 4 }
+        );
+        // All slots in use.
+        assert_eq!(al.acquire(4, 4, false, &mut persist), Acquire::Busy);
+        al.release(0, 0, 5, false);
         // Free of users but written after the last fsync.
-        assert_eq!(al.acquire(2, 2, &mut persist), Acquire::NeedSync);
+        assert_eq!(al.acquire(4, 4, false, &mut persist), Acquire::NeedSync);
         al.synced = 5;
-        assert_eq!(al.acquire(2, 2, &mut persist), Acquire::Held { token: 3 });
+        assert_eq!(
+            al.acquire(4, 4, false, &mut persist),
+            Acquire::Held { token: 5 }
+        );
         // A hit costs nothing new.
-        assert_eq!(al.acquire(2, 2, &mut persist), Acquire::Held { token: 3 });
+        assert_eq!(
+            al.acquire(4, 4, false, &mut persist),
+            Acquire::Held { token: 5 }
+        );
         // Two extents at once: all or nothing.
-        assert_eq!(al.acquire(3, 4, &mut persist), Acquire::Busy);
+        al.release(1, 1, 0, false);
+        assert_eq!(al.acquire(5, 6, false, &mut persist), Acquire::Busy);
+    }
+
+    #[test]
+    fn own_writes_hold_at_most_half() {
+        let mut al = ActivityLog::new(4, 8);
+        let mut next = 0;
+        let mut persist = |_s: u32, _e: u64| {
+            next += 1;
+            next
+        };
+        assert!(matches!(
+            al.acquire(0, 1, true, &mut persist),
+            Acquire::Held { .. }
+        ));
+        assert_eq!(al.acquire(2, 2, true, &mut persist), Acquire::Busy);
+        // The same extents again are fine, and so are the peer's writes.
+        assert!(matches!(
+            al.acquire(1, 1, true, &mut persist),
+            Acquire::Held { .. }
+        ));
+        assert!(matches!(
+            al.acquire(2, 3, false, &mut persist),
+            Acquire::Held { .. }
+        ));
+        al.release(0, 0, 0, true);
+        assert!(matches!(
+            al.acquire(2, 2, true, &mut persist),
+            Acquire::Held { .. }
+        ));
     }
 }

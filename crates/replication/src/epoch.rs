@@ -41,10 +41,11 @@ pub fn race_proposal(current: &EpochRecord, me: NodeId) -> Option<EpochRecord> {
     })
 }
 
-/// The record the sync source writes after a finished resync, so that the target may win a
-/// later race: None if there is nothing to change (or the record moved on without `me`).
-pub fn in_sync_proposal(current: &EpochRecord, me: NodeId) -> Option<EpochRecord> {
-    if current.holder == Some(me) && current.outdated == Some(1 - me) {
+/// The record the sync source writes after a finished resync in `epoch`, so that the target
+/// may win a later race: None if there is nothing to change, or if the record has moved on
+/// (a request delayed past a later race must not clear that race's outdated mark).
+pub fn in_sync_proposal(current: &EpochRecord, me: NodeId, epoch: u64) -> Option<EpochRecord> {
+    if current.epoch == epoch && current.holder == Some(me) && current.outdated == Some(1 - me) {
         Some(EpochRecord {
             epoch: current.epoch,
             holder: None,
@@ -80,13 +81,15 @@ mod tests {
         // The winner may race again (a later loss of the peer) and stays the holder.
         assert_eq!(race_proposal(&a, 0).unwrap().epoch, 6);
         assert_eq!(
-            in_sync_proposal(&a, 0),
+            in_sync_proposal(&a, 0, 5),
             Some(EpochRecord {
                 epoch: 5,
                 holder: None,
                 outdated: None
             })
         );
-        assert_eq!(in_sync_proposal(&a, 1), None);
+        assert_eq!(in_sync_proposal(&a, 1, 5), None);
+        // A stale request from before a later race changes nothing.
+        assert_eq!(in_sync_proposal(&a, 0, 4), None);
     }
 }

@@ -192,7 +192,8 @@ impl Replica {
         }
         if self.in_sync_due.is_some_and(|t| now >= t) {
             self.in_sync_due = None;
-            self.actions.push_back(Action::MarkInSync);
+            let epoch = self.epoch;
+            self.actions.push_back(Action::MarkInSync { epoch });
         }
         self.pump(now);
     }
@@ -226,6 +227,7 @@ impl Replica {
         }
         self.link = Link::Down;
         self.acks_waiting.clear();
+        self.in_sync_due = None;
         self.stats.peer_lost += 1;
         self.event(Event::PeerLost);
         let next = match &self.state {
@@ -272,7 +274,12 @@ impl Replica {
             }
             if matches!(op.peer, PeerSide::Sent | PeerSide::Held) {
                 op.peer = if target { PeerSide::None } else { side };
-                let (lba, blocks) = (op.lba, op.blocks);
+                let (lba, blocks, applied_at) = (op.lba, op.blocks, op.applied_at);
+                // The dirty bits (journaled before any later eviction) now cover it.
+                if op.phase == Phase::Done && op.al.take().is_some() {
+                    let (e0, e1) = self.al.extents(lba, blocks);
+                    self.al.release(e0, e1, applied_at, true);
+                }
                 self.mark_dirty(lba, blocks);
                 if target {
                     self.fail_own(slot, HostError::Fenced);
@@ -355,7 +362,7 @@ impl Replica {
 
     /// Whether the store accepted `MarkInSync` (retried on the next tick if not).
     pub fn in_sync_result(&mut self, now: Nanos, ok: bool) {
-        if !ok {
+        if !ok && matches!(self.state, State::Paired { .. }) {
             self.in_sync_due = Some(now + self.cfg.race_retry);
         }
     }

@@ -62,6 +62,8 @@ pub(crate) struct Op {
     pub(crate) peer: PeerSide,
     /// Activity-log extents held, with the journal token that makes them durable.
     pub(crate) al: Option<u64>,
+    /// Apply-completion counter when its local I/O finished (for the activity log).
+    pub(crate) applied_at: u64,
     /// The peer asked for this write again once it is applied here.
     pub(crate) retry: bool,
     /// The host has its answer.
@@ -90,6 +92,7 @@ impl Op {
             phase: Phase::Unadmitted,
             peer: PeerSide::None,
             al: None,
+            applied_at: 0,
             retry: false,
             host_done: false,
             session,

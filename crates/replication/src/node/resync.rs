@@ -396,7 +396,8 @@ impl Replica {
             leader: self.cfg.node,
         });
         self.release_held(PeerSide::Acked);
-        self.actions.push_back(Action::MarkInSync);
+        let epoch = self.epoch;
+        self.actions.push_back(Action::MarkInSync { epoch });
         self.pump(now);
     }
 

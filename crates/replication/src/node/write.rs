@@ -114,8 +114,9 @@ impl Replica {
             return token <= self.persisted;
         }
         let (e0, e1) = self.al.extents(op.lba, op.blocks);
+        let own = matches!(op.kind, Kind::Own { .. });
         let (journal, actions) = (&mut self.journal, &mut self.actions);
-        let outcome = self.al.acquire(e0, e1, |slot, extent| {
+        let outcome = self.al.acquire(e0, e1, own, |slot, extent| {
             *journal += 1;
             actions.push_back(Action::Persist {
                 token: *journal,
@@ -289,9 +290,16 @@ impl Replica {
         op.phase = Phase::Done;
         let (kind, lba, blocks, session, retry) =
             (op.kind, op.lba, op.blocks, op.session, op.retry);
-        if op.al.take().is_some() {
+        op.applied_at = self.applied;
+        // An own write keeps its extents until the peer has it too or its regions are dirty
+        // (journaled before any later eviction): until then a crash here must find it in the
+        // activity log.
+        let covered = !matches!(kind, Kind::Own { .. })
+            || matches!(op.peer, PeerSide::Held | PeerSide::Local);
+        if covered && op.al.take().is_some() {
             let (e0, e1) = self.al.extents(lba, blocks);
-            self.al.release(e0, e1, self.applied);
+            self.al
+                .release(e0, e1, self.applied, matches!(kind, Kind::Own { .. }));
         }
         let current = session == self.session && self.link == Link::Up;
         match kind {
@@ -387,7 +395,8 @@ impl Replica {
         }
         if op.al.is_some() {
             let (e0, e1) = self.al.extents(op.lba, op.blocks);
-            self.al.release(e0, e1, 0);
+            self.al
+                .release(e0, e1, op.applied_at, matches!(op.kind, Kind::Own { .. }));
         }
         if matches!(op.kind, Kind::Own { .. }) {
             self.host_writes -= 1;

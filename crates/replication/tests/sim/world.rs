@@ -125,6 +125,7 @@ enum Ev {
     InSync {
         n: usize,
         inc: u64,
+        epoch: u64,
     },
     InSyncDone {
         n: usize,
@@ -266,6 +267,17 @@ impl World {
         let node = &mut self.nodes[n];
         node.inc += 1;
         node.journal_at = self.now;
+        if self.trace {
+            let m = &node.meta.durable;
+            println!(
+                "{:>10.3} n{n} START al {:?} dirty words {:?} gens {:?} outdated {}",
+                self.now as f64 / 1e6,
+                m.al,
+                m.bitmap,
+                m.gens,
+                m.outdated
+            );
+        }
         let r = Replica::new(self.cfgs[n].clone(), node.meta.durable.clone(), self.now)
             .expect("valid config");
         node.replica = Some(r);
@@ -443,10 +455,10 @@ impl World {
                     self.call(n, |r, now| r.race_result(now, outcome));
                 }
             }
-            Ev::InSync { n, inc } => {
+            Ev::InSync { n, inc, epoch } => {
                 let reachable = self.nodes[n].etcd_cut_until <= self.now;
                 let ok = reachable && {
-                    if let Some(p) = in_sync_proposal(&self.etcd, n as u8) {
+                    if let Some(p) = in_sync_proposal(&self.etcd, n as u8, epoch) {
                         self.etcd = p;
                     }
                     true
@@ -635,9 +647,9 @@ impl World {
                 let d = self.rng.gen_range(1..10) * MS;
                 self.at(d, Ev::Race { n, inc });
             }
-            Action::MarkInSync => {
+            Action::MarkInSync { epoch } => {
                 let d = self.rng.gen_range(1..5) * MS;
-                self.at(d, Ev::InSync { n, inc });
+                self.at(d, Ev::InSync { n, inc, epoch });
             }
             Action::SetAlua(_) | Action::ResyncProgress { .. } | Action::Event(_) => {}
         }
