@@ -144,10 +144,14 @@ impl Replica {
             Body::WriteAck(a) => self.on_write_ack(now, a),
             Body::Heartbeat(h) => self.send(Body::HeartbeatAck(HeartbeatAck { echo: h.sent_at })),
             Body::HeartbeatAck(h) => {
-                // Only a paired peer's answer extends the read lease: a peer that answered while
-                // paired declares us lost no sooner than a failure timeout later.
-                if matches!(self.state, State::Paired { .. })
-                    && self.link == Link::Up
+                // A peer that answered a heartbeat races for the epoch no sooner than a failure
+                // timeout after it last heard from us, so until `echo + read_lease` nothing can
+                // be acknowledged without this node. Only counted once this node has pairs'
+                // data (paired, or sync source); a handshake gives no lease.
+                if matches!(
+                    self.state,
+                    State::Paired { .. } | State::ResyncSource { .. }
+                ) && self.link == Link::Up
                     && h.echo <= now
                 {
                     self.lease_until = self.lease_until.max(h.echo + self.cfg.read_lease);
@@ -253,7 +257,32 @@ impl Replica {
                 holds_epoch: true, ..
             } => Some(State::Alone { epoch: self.epoch }),
             State::ResyncTarget { .. } => Some(State::Outdated),
-            State::Suspended { .. } | State::Alone { .. } | State::Outdated => None,
+            State::Suspended {
+                serving,
+                race_at,
+                racing,
+            } => {
+                // Lost during a handshake: the peer may have served reads under a lease.
+                let (serving, racing) = (*serving, *racing);
+                let delay = if self.cfg.node == self.cfg.preferred {
+                    0
+                } else {
+                    self.cfg.tie_delay
+                };
+                let earliest = now.max(self.last_heard + self.cfg.failure_timeout()) + delay;
+                let race_at = if *race_at == Nanos::MAX {
+                    Nanos::MAX
+                } else {
+                    (*race_at).max(earliest)
+                };
+                self.state = State::Suspended {
+                    serving,
+                    race_at,
+                    racing,
+                };
+                None
+            }
+            State::Alone { .. } | State::Outdated => None,
         };
         let Some(next) = next else { return };
         let side = match next {

@@ -300,11 +300,19 @@ impl Replica {
     }
 
     /// Whether a read starting now may be served from the local disk: this node holds the
-    /// epoch alone (or is the sync source), or it is paired and its read lease runs.
+    /// epoch alone, or its read lease (renewed by heartbeats while paired or sync source)
+    /// runs.
     pub fn read_allowed(&self, now: Nanos) -> bool {
         match self.state {
-            State::Alone { .. } | State::ResyncSource { .. } => true,
-            State::Paired { .. } | State::Suspended { serving: true, .. } => now < self.lease_until,
+            State::Alone { .. }
+            | State::ResyncSource {
+                holds_epoch: true, ..
+            } => true,
+            State::Paired { .. }
+            | State::ResyncSource {
+                holds_epoch: false, ..
+            }
+            | State::Suspended { serving: true, .. } => now < self.lease_until,
             _ => false,
         }
     }

@@ -714,13 +714,17 @@ impl World {
 
     /// The connection breaks; each side notices after a while (or by heartbeats).
     fn cut(&mut self) {
+        self.cut_with(true);
+    }
+
+    fn cut_with(&mut self, notify: bool) {
         if !self.link_up {
             return;
         }
         self.link_up = false;
         let conn = self.conn;
         for n in 0..2 {
-            if self.nodes[n].conn == Some(conn) && self.rng.gen_bool(0.7) {
+            if notify && self.nodes[n].conn == Some(conn) && self.rng.gen_bool(0.7) {
                 let d = self.rng.gen_range(0..20) * MS;
                 self.at(d, Ev::Disconnect { n, conn });
             }
@@ -913,10 +917,10 @@ impl World {
         }
         node.meta.crash();
         node.inflight.clear();
-        // The peer sees a reset, or nothing (and finds out by heartbeats).
-        if self.rng.gen_bool(0.5) {
-            self.cut();
-        }
+        // The connection is gone; the peer sees a reset, or nothing (and finds out by
+        // heartbeats).
+        let reset = self.rng.gen_bool(0.5);
+        self.cut_with(reset);
     }
 }
 
