@@ -52,12 +52,16 @@ pub fn decide(hello: [&Hello; 2], preferred: NodeId) -> Decision {
         }
     };
     match (a.outdated, b.outdated) {
-        (true, true) => return Decision::Refuse,
+        // Both outdated in the same data generation (a race lost against a stale mark, and an
+        // interrupted resync): neither acknowledged anything alone since, and the bitmaps cover
+        // every difference, so pair as if neither were.
+        (true, true) if a.gens.current != b.gens.current => return Decision::Refuse,
+        (true, true) => {}
         (true, false) => return if a.alone { Decision::Refuse } else { sync(1) },
         (false, true) => return if b.alone { Decision::Refuse } else { sync(0) },
         (false, false) => {}
     }
-    if a.alone && b.alone {
+    if a.alone && b.alone || (a.outdated && a.alone) || (b.outdated && b.alone) {
         return Decision::Refuse;
     }
     if a.gens.current == b.gens.current {
