@@ -101,7 +101,7 @@ impl ActivityLog {
         if own {
             let held = self.slots.iter().filter(|s| s.own > 0).count();
             let more = (first..=last)
-                .filter(|&e| self.find(e).map_or(true, |i| self.slots[i].own == 0))
+                .filter(|&e| self.find(e).is_none_or(|i| self.slots[i].own == 0))
                 .count();
             if held + more > self.own_limit() {
                 return Acquire::Busy;

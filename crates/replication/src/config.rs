@@ -95,7 +95,9 @@ impl Config {
             || self.max_inflight == 0
             || self.resync_chunk_regions == 0
             || self.resync_window == 0
-            || self.al_extent_blocks % u64::from(self.region_blocks) != 0
+            || !self
+                .al_extent_blocks
+                .is_multiple_of(u64::from(self.region_blocks))
         {
             return Err(ConfigError::Sizes);
         }

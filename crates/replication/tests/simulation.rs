@@ -6,7 +6,7 @@
 
 mod sim;
 
-use sim::{Faults, Knobs, Outcome, World};
+use sim::{Faults, Knobs, Outcome, Script, World};
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("REPL_SEED") {
@@ -58,7 +58,7 @@ fn steady_state_with_network_chaos() {
         net_chaos: true,
         ..Faults::none()
     };
-    check_all("chaos", 0x1000, 300, f);
+    check_all("chaos", 0x1000, 500, f);
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn partitions_and_store_outages() {
         net_chaos: true,
         ..Faults::none()
     };
-    check_all("partitions", 0x2000, 400, f);
+    check_all("partitions", 0x2000, 800, f);
 }
 
 #[test]
@@ -80,12 +80,12 @@ fn crashes_and_power_loss() {
         pause: true,
         ..Faults::none()
     };
-    check_all("crashes", 0x3000, 400, f);
+    check_all("crashes", 0x3000, 800, f);
 }
 
 #[test]
 fn everything_at_once() {
-    check_all("all", 0x4000, 900, Faults::all());
+    check_all("all", 0x4000, 1400, Faults::all());
 }
 
 /// The oracle is not vacuous: deliberate breakage is caught.
@@ -149,4 +149,82 @@ fn oracle_catches_split_brain() {
         caught >= 10,
         "only {caught} of 40 runs caught two nodes acknowledging alone"
     );
+}
+
+/// Resync moves what was written while the peer was away, not much more: a partition while
+/// one node writes alone, then a heal.
+#[test]
+fn resync_after_a_partition_moves_about_what_was_written() {
+    for seed in seeds(20) {
+        let knobs = Knobs {
+            lun_blocks: Some(8192),
+            script: Some(Script::Partition { at: 500, dur: 1500 }),
+            ..Knobs::default()
+        };
+        let out = run(seed, Faults::none(), knobs);
+        if std::env::var("REPL_SEED").is_ok() {
+            println!("seed {seed}: {out:?}");
+        }
+        assert!(
+            out.violations.is_empty(),
+            "seed {seed}: {:?}",
+            out.violations
+        );
+        assert!(
+            out.alone_written > 200,
+            "seed {seed}: only {} blocks written alone",
+            out.alone_written
+        );
+        // Writes in flight at the cut (at most 8 per node, 4 blocks each) may be resynced
+        // without having been acknowledged alone.
+        let bound = out.alone_written * 12 / 10 + 64;
+        assert!(
+            out.resync_blocks <= bound,
+            "seed {seed}: resync moved {} blocks for {} written alone",
+            out.resync_blocks,
+            out.alone_written
+        );
+        assert_eq!(out.full_resyncs, 0, "seed {seed}");
+    }
+}
+
+/// After a power loss, resync covers the activity log of the crashed node plus what the
+/// survivor wrote alone: never the whole device.
+#[test]
+fn no_full_resync_after_a_power_loss() {
+    for seed in seeds(20) {
+        let node = (seed % 2) as usize;
+        let knobs = Knobs {
+            lun_blocks: Some(8192),
+            script: Some(Script::PowerLoss {
+                node,
+                at: 700,
+                down: 900,
+            }),
+            ..Knobs::default()
+        };
+        let out = run(seed, Faults::none(), knobs);
+        if std::env::var("REPL_SEED").is_ok() {
+            println!("seed {seed}: {out:?}");
+        }
+        assert!(
+            out.violations.is_empty(),
+            "seed {seed}: {:?}",
+            out.violations
+        );
+        assert_eq!(out.full_resyncs, 0, "seed {seed}");
+        // Six activity-log extents of four blocks on the crashed node.
+        let bound = out.alone_written * 12 / 10 + 64 + 6 * 4;
+        assert!(
+            out.resync_blocks <= bound,
+            "seed {seed}: resync moved {} blocks for {} written alone",
+            out.resync_blocks,
+            out.alone_written
+        );
+        assert!(
+            out.resync_blocks < 8192 / 4,
+            "seed {seed}: {} blocks resynced",
+            out.resync_blocks
+        );
+    }
 }

@@ -117,6 +117,7 @@ pub struct Stats {
     pub peer_lost: u64,
     pub resync_regions: u64,
     pub resync_blocks: u64,
+    pub full_resyncs: u64,
 }
 
 /// One LUN's replica on one node.

@@ -61,7 +61,8 @@ pub fn decide(hello: [&Hello; 2], preferred: NodeId) -> Decision {
         (false, true) => return if b.alone { Decision::Refuse } else { sync(0) },
         (false, false) => {}
     }
-    if a.alone && b.alone || (a.outdated && a.alone) || (b.outdated && b.alone) {
+    let contradictory = |h: &Hello| h.outdated && h.alone;
+    if (a.alone && b.alone) || contradictory(a) || contradictory(b) {
         return Decision::Refuse;
     }
     if a.gens.current == b.gens.current {
@@ -193,6 +194,7 @@ impl Replica {
 
     fn become_source(&mut self, now: Nanos, mut set: Vec<u64>, full: bool) {
         if full {
+            self.stats.full_resyncs += 1;
             meta::set_range(&mut set, 0, self.cfg.regions(), true);
         } else {
             for (d, s) in set.iter_mut().zip(&self.bitmap) {
@@ -263,7 +265,7 @@ impl Replica {
         let done = n == 0
             && sync.sent.is_empty()
             && sync.reading == 0
-            && meta::next_set(&sync.set, 0).map_or(true, |r| r >= regions);
+            && meta::next_set(&sync.set, 0).is_none_or(|r| r >= regions);
         if done {
             sync.finishing = true;
             self.send(Body::Flush(Flush { id: RESYNC_FLUSH }));

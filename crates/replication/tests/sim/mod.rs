@@ -7,4 +7,4 @@ pub mod disk;
 pub mod oracle;
 mod world;
 
-pub use world::{Faults, Knobs, Outcome, World};
+pub use world::{Faults, Knobs, Outcome, Script, World};

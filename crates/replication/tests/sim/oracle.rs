@@ -142,7 +142,7 @@ impl Oracle {
             0
         } else {
             match self.writes.get(&uid) {
-                Some(w) if w.lba + u64::from(idx) == b && w.submit <= t => {
+                Some(w) if w.lba + u64::from(idx) == b && idx < w.blocks && w.submit <= t => {
                     w.done.map_or(u64::MAX, |d| d.0)
                 }
                 _ => {

@@ -61,6 +61,19 @@ pub struct Knobs {
     pub fake_race_wins_on_1: bool,
     /// Corrupt a block of node 1 after the run.
     pub corrupt_at_end: bool,
+    /// LUN size (default: random, small, so that writes overlap).
+    pub lun_blocks: Option<u64>,
+    /// One scripted fault instead of random ones.
+    pub script: Option<Script>,
+}
+
+/// A scripted fault (times in milliseconds).
+#[derive(Debug, Clone, Copy)]
+pub enum Script {
+    /// Cut the peer link at `at` for `dur`.
+    Partition { at: u64, dur: u64 },
+    /// Power loss of `node` at `at`; it starts again `down` later.
+    PowerLoss { node: usize, at: u64, down: u64 },
 }
 
 /// What a run found.
@@ -73,6 +86,9 @@ pub struct Outcome {
     pub resync_blocks: u64,
     pub superseded: u64,
     pub retried: u64,
+    /// Blocks acknowledged by a node writing alone.
+    pub alone_written: u64,
+    pub full_resyncs: u64,
 }
 
 #[derive(Debug)]
@@ -136,6 +152,7 @@ enum Ev {
     Fault,
     Restart(usize),
     Heal,
+    Script(Script),
 }
 
 struct Node {
@@ -181,6 +198,7 @@ pub struct World {
     end_at: u64,
     events_run: u64,
     trace: bool,
+    alone_written: u64,
 }
 
 fn config(node: u8, blocks: u64) -> Config {
@@ -202,7 +220,7 @@ fn config(node: u8, blocks: u64) -> Config {
 impl World {
     pub fn new(seed: u64, faults: Faults, knobs: Knobs) -> World {
         let mut rng = StdRng::seed_from_u64(seed);
-        let blocks = rng.gen_range(24..64);
+        let blocks = knobs.lun_blocks.unwrap_or_else(|| rng.gen_range(24..64));
         let cfgs = [config(0, blocks), config(1, blocks)];
         let meta = Meta::new(cfgs[0].regions(), cfgs[0].al_slots, 1);
         let node = |meta: &Meta| Node {
@@ -217,7 +235,11 @@ impl World {
             inflight: Vec::new(),
             applying: BTreeMap::new(),
         };
-        let load_until = rng.gen_range(1500..4000) * MS;
+        let load_until = if knobs.script.is_some() {
+            3000 * MS
+        } else {
+            rng.gen_range(1500..4000) * MS
+        };
         let mut w = World {
             now: 0,
             rng,
@@ -243,6 +265,7 @@ impl World {
             end_at: load_until + 60_000 * MS,
             events_run: 0,
             trace: std::env::var("REPL_TRACE").is_ok(),
+            alone_written: 0,
         };
         for n in 0..2 {
             w.start(n);
@@ -251,8 +274,18 @@ impl World {
         w.at(MS, Ev::Reconnect);
         w.reconnect_pending = true;
         w.at(5 * MS, Ev::Host);
-        let first_fault = w.rng.gen_range(100..800) * MS;
-        w.at(first_fault, Ev::Fault);
+        match knobs.script {
+            Some(s) => {
+                let at = match s {
+                    Script::Partition { at, .. } | Script::PowerLoss { at, .. } => at,
+                };
+                w.at(at * MS, Ev::Script(s));
+            }
+            None => {
+                let first_fault = w.rng.gen_range(100..800) * MS;
+                w.at(first_fault, Ev::Fault);
+            }
+        }
         w.at(load_until, Ev::Heal);
         w
     }
@@ -346,6 +379,8 @@ impl World {
             resync_blocks: stats.iter().map(|s| s.resync_blocks).sum(),
             superseded: stats.iter().map(|s| s.superseded).sum(),
             retried: stats.iter().map(|s| s.retried).sum(),
+            alone_written: self.alone_written,
+            full_resyncs: stats.iter().map(|s| s.full_resyncs).sum(),
         }
     }
 
@@ -472,6 +507,15 @@ impl World {
                 }
             }
             Ev::Host => self.host_op(),
+            Ev::Script(Script::Partition { dur, .. }) => {
+                self.partitioned_until = self.now + dur * MS;
+                self.cut_with(false);
+                self.at(dur * MS + MS, Ev::Reconnect);
+            }
+            Ev::Script(Script::PowerLoss { node, down, .. }) => {
+                self.crash(node, true);
+                self.at(down * MS, Ev::Restart(node));
+            }
             Ev::Fault => self.fault(),
             Ev::Restart(n) => {
                 if !self.alive(n) {
@@ -601,6 +645,11 @@ impl World {
                         self.nodes[n].replica.as_ref().map(|r| r.state().clone())
                     {
                         self.oracle.alone_ack(epoch, n);
+                        self.alone_written += self
+                            .oracle
+                            .writes
+                            .get(&id)
+                            .map_or(0, |w| u64::from(w.blocks));
                     }
                 }
                 self.oracle.answered(id, result.is_ok(), self.now);
