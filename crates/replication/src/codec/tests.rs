@@ -1,0 +1,162 @@
+use super::*;
+use proptest::prelude::*;
+
+fn gens() -> impl Strategy<Value = Generations> {
+    (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(c, b, h0, h1)| {
+        Generations {
+            current: c,
+            bitmap: b,
+            history: [h0, h1],
+        }
+    })
+}
+
+fn data() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from)
+}
+
+fn body() -> impl Strategy<Value = Body> {
+    prop_oneof![
+        (
+            any::<u16>(),
+            gens(),
+            0u8..8,
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(version, gens, flags, lun_blocks, block_size, region_blocks, next_wseq)| {
+                    Body::Hello(Hello {
+                        version,
+                        gens,
+                        outdated: flags & 1 != 0,
+                        alone: flags & 2 != 0,
+                        booted: flags & 4 != 0,
+                        lun_blocks,
+                        block_size,
+                        region_blocks,
+                        next_wseq,
+                    })
+                }
+            ),
+        (any::<u64>(), proptest::collection::vec(any::<u64>(), 0..8))
+            .prop_map(|(first_word, words)| Body::Bitmap(Bitmap { first_word, words })),
+        any::<u64>().prop_map(|set_bits| Body::BitmapEnd(BitmapEnd { set_bits })),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>(),
+            data()
+        )
+            .prop_map(|(wseq, seen, lba, blocks, fua, data)| Body::Write(Write {
+                wseq,
+                seen,
+                lba,
+                blocks,
+                fua,
+                data
+            })),
+        (any::<u64>(), 0u8..3, any::<u64>()).prop_map(|(wseq, s, fence)| {
+            let status = [
+                WriteStatus::Applied,
+                WriteStatus::Superseded,
+                WriteStatus::Retry,
+            ][s as usize];
+            Body::WriteAck(WriteAck {
+                wseq,
+                status,
+                fence,
+            })
+        }),
+        any::<u64>().prop_map(|sent_at| Body::Heartbeat(Heartbeat { sent_at })),
+        any::<u64>().prop_map(|echo| Body::HeartbeatAck(HeartbeatAck { echo })),
+        any::<u64>().prop_map(|id| Body::Flush(Flush { id })),
+        any::<u64>().prop_map(|id| Body::FlushAck(FlushAck { id })),
+        (any::<u64>(), any::<u32>(), data())
+            .prop_map(|(lba, blocks, data)| Body::ResyncData(ResyncData { lba, blocks, data })),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(lba, blocks)| Body::ResyncAck(ResyncAck { lba, blocks })),
+        gens().prop_map(|gens| Body::ResyncDone(ResyncDone { gens })),
+    ]
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    (any::<u64>(), any::<u8>(), any::<u64>(), body()).prop_map(|(epoch, node, seq, body)| Message {
+        header: Header { epoch, node, seq },
+        body,
+    })
+}
+
+proptest! {
+    #[test]
+    fn round_trip(msgs in proptest::collection::vec(message(), 1..4)) {
+        let mut wire = Vec::new();
+        for m in &msgs {
+            encode(m, &mut wire);
+        }
+        let mut buf = Bytes::from(wire);
+        for m in &msgs {
+            // Every strict prefix of a frame asks for more bytes or decodes an earlier frame.
+            let (got, used) = decode(&buf).unwrap().unwrap();
+            prop_assert_eq!(&got, m);
+            prop_assert_eq!(decode(&buf.slice(..used - 1)), Ok(None));
+            buf = buf.slice(used..);
+        }
+        prop_assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let buf = Bytes::from(bytes);
+        if let Ok(Some((msg, used))) = decode(&buf) {
+            prop_assert!(used <= buf.len());
+            let again = encode_to_vec(&msg);
+            prop_assert_eq!(&again[..], &buf[..used]);
+        }
+    }
+
+    #[test]
+    fn any_flipped_bit_is_refused(m in message(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut wire = encode_to_vec(&m);
+        let i = at.index(wire.len());
+        wire[i] ^= 1 << bit;
+        // A flipped bit gives an error or a short read (length grew), never another message.
+        let got = decode(&Bytes::from(wire));
+        prop_assert!(!matches!(got, Ok(Some(_))), "decoded {:?}", got);
+    }
+}
+
+#[test]
+fn errors_are_specific() {
+    let m = Message {
+        header: Header {
+            epoch: 1,
+            node: 0,
+            seq: 1,
+        },
+        body: Body::Flush(Flush { id: 9 }),
+    };
+    let wire = encode_to_vec(&m);
+    let mut bad = wire.clone();
+    bad[wire.len() - 1] ^= 0xff;
+    assert_eq!(decode(&Bytes::from(bad)), Err(DecodeError::Checksum));
+    assert_eq!(
+        decode(&Bytes::from_static(&[1, 0, 0, 0, 0])),
+        Err(DecodeError::Length(1))
+    );
+    assert_eq!(
+        decode(&Bytes::from_static(&[0xff, 0xff, 0xff, 0xff])),
+        Err(DecodeError::Length(u32::MAX))
+    );
+    // An unknown type with a valid checksum.
+    let mut unk = wire.clone();
+    unk[4] = 99;
+    let n = unk.len();
+    let crc = crc32c::crc32c(&unk[..n - 4]);
+    unk[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(decode(&Bytes::from(unk)), Err(DecodeError::UnknownType(99)));
+}

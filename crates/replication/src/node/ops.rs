@@ -1,0 +1,172 @@
+//! The slab of operations in flight (own writes, peer writes, resync reads and applies).
+
+use bytes::Bytes;
+
+use crate::action::WriteId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A host write submitted on this node.
+    Own { id: WriteId },
+    /// A write replicated from the peer.
+    Peer { wseq: u64 },
+    /// A peer write this node (the leader) refused as superseded: applies nothing, but is
+    /// acknowledged only once the writes that cover it are applied here, so the peer cannot
+    /// acknowledge it while a read here would still find older data.
+    Superseded { wseq: u64 },
+    /// Sync source: reading dirty regions to send.
+    ResyncRead,
+    /// Sync target: applying resync data.
+    ResyncApply,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Own write not yet ordered (waiting for the activity log or a resync read).
+    Unadmitted,
+    /// Ordered; waiting for the activity log and for earlier overlapping operations.
+    Waiting,
+    /// Local I/O issued.
+    Running,
+    /// Local I/O done.
+    Done,
+}
+
+/// Where an own write stands with the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerSide {
+    /// Not an own write, or not admitted yet.
+    None,
+    /// Sent, not acknowledged.
+    Sent,
+    /// Acknowledged as applied or superseded.
+    Acked,
+    /// The peer is lost and the epoch race is open: the host acknowledgement waits.
+    Held,
+    /// This node writes alone: local completion suffices (dirty bits set).
+    Local,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    pub(crate) kind: Kind,
+    pub(crate) lba: u64,
+    pub(crate) blocks: u32,
+    pub(crate) fua: bool,
+    pub(crate) data: Bytes,
+    /// Local application order among overlapping operations.
+    pub(crate) order: u64,
+    /// Own writes: the write sequence number of the last send.
+    pub(crate) wseq: u64,
+    pub(crate) phase: Phase,
+    pub(crate) peer: PeerSide,
+    /// Activity-log extents held, with the journal token that makes them durable.
+    pub(crate) al: Option<u64>,
+    /// Apply-completion counter when its local I/O finished (for the activity log).
+    pub(crate) applied_at: u64,
+    /// The peer asked for this write again once it is applied here.
+    pub(crate) retry: bool,
+    /// The host has its answer.
+    pub(crate) host_done: bool,
+    /// Peer connection this operation belongs to (peer writes, resync).
+    pub(crate) session: u64,
+}
+
+impl Op {
+    pub(crate) fn new(
+        kind: Kind,
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+        data: Bytes,
+        session: u64,
+    ) -> Op {
+        Op {
+            kind,
+            lba,
+            blocks,
+            fua,
+            data,
+            order: 0,
+            wseq: 0,
+            phase: Phase::Unadmitted,
+            peer: PeerSide::None,
+            al: None,
+            applied_at: 0,
+            retry: false,
+            host_done: false,
+            session,
+        }
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.lba + u64::from(self.blocks)
+    }
+
+    pub(crate) fn needs_al(&self) -> bool {
+        !matches!(self.kind, Kind::ResyncRead | Kind::Superseded { .. })
+    }
+}
+
+/// Fixed-capacity slab; tokens carry a generation so a stale completion is recognised.
+#[derive(Debug)]
+pub(crate) struct Slab {
+    slots: Vec<Option<Op>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    pub(crate) fn new(n: usize) -> Slab {
+        Slab {
+            slots: vec![None; n],
+            gens: vec![0; n],
+            free: (0..n as u32).rev().collect(),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, op: Op) -> Option<u32> {
+        let i = self.free.pop()?;
+        self.slots[i as usize] = Some(op);
+        Some(i)
+    }
+
+    pub(crate) fn remove(&mut self, i: u32) -> Option<Op> {
+        let op = self.slots.get_mut(i as usize)?.take()?;
+        self.gens[i as usize] = self.gens[i as usize].wrapping_add(1);
+        self.free.push(i);
+        Some(op)
+    }
+
+    pub(crate) fn get(&self, i: u32) -> Option<&Op> {
+        self.slots.get(i as usize)?.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, i: u32) -> Option<&mut Op> {
+        self.slots.get_mut(i as usize)?.as_mut()
+    }
+
+    pub(crate) fn token(&self, i: u32) -> u64 {
+        u64::from(self.gens[i as usize]) << 32 | u64::from(i)
+    }
+
+    /// The slot a token names, if it is still the same operation.
+    pub(crate) fn slot_of(&self, token: u64) -> Option<u32> {
+        let i = (token & 0xffff_ffff) as u32;
+        let gen = (token >> 32) as u32;
+        (self.gens.get(i as usize) == Some(&gen) && self.get(i).is_some()).then_some(i)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots in use, in index order.
+    pub(crate) fn occupied(&self) -> impl Iterator<Item = u32> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| i as u32)
+    }
+}
