@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use lanes_lab::{Options, Pair, Topology, WitnessAction};
-use lanes_witness::{Error, Outcome, Versioned, Witness, WitnessConfig};
+use lanes_witness::{EpochRecord, Error, RaceOutcome, Versioned, Witness, WitnessConfig};
 
 struct Lab {
     name: String,
@@ -63,10 +63,10 @@ impl Lab {
         })
     }
 
-    fn claim(&self, node: u8, seen: Versioned) -> Result<Outcome, Error> {
+    fn race(&self, node: u8) -> RaceOutcome {
         let config = witness_config(&self.name, node);
         self.inside(&format!("node{node}"), move || {
-            Box::pin(async move { Witness::new(config).claim(&seen).await })
+            Box::pin(async move { Witness::new(config).race().await })
         })
     }
 }
@@ -76,7 +76,7 @@ fn witness_config(lab: &str, node: u8) -> WitnessConfig {
     WitnessConfig {
         endpoints: vec![plan.witness_endpoint(usize::from(node)).unwrap().into()],
         key: "/lanes/lab-test/epoch".into(),
-        node,
+        node: node - 1,
         timeout: Duration::from_millis(500),
     }
 }
@@ -156,12 +156,19 @@ fn a_pair_has_a_shaped_replication_link_and_a_witness_each_node_reaches_alone() 
         "peer1 at 500mbit carried {rate} bit/s"
     );
 
-    // Each node reaches the same etcd over its own link; node1 claims.
+    // Each node reaches the same etcd over its own link; node1 races and wins.
     let first = lab.read(1).expect("node1 reaches the witness");
     assert_eq!(lab.read(2).unwrap(), first);
-    let Outcome::Won(alone) = lab.claim(1, first).unwrap() else {
-        panic!("the only claimant lost")
-    };
+    assert_eq!(lab.race(1), RaceOutcome::Won { epoch: 1 });
+    let alone: Versioned = lab.read(2).unwrap();
+    assert_eq!(
+        alone.record,
+        EpochRecord {
+            epoch: 1,
+            holder: Some(0),
+            outdated: Some(1)
+        }
+    );
 
     // node1 cut from the witness: it cannot read, node2 still can.
     lanes_lab::fail(

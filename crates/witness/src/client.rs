@@ -9,8 +9,10 @@ use tokio::net::TcpStream;
 
 use crate::gateway::{self, KeyValue, TxnResult};
 use crate::http::{self, ResponseReader};
-use crate::record::{EpochRecord, NodeId};
+use crate::record::{self, NodeId};
 use crate::Error;
+use replication::epoch::{in_sync_proposal, race_proposal};
+use replication::{EpochRecord, RaceOutcome};
 
 /// Where the witness is and who asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,7 @@ pub struct WitnessConfig {
     pub endpoints: Vec<SocketAddr>,
     /// The cluster's epoch key, e.g. `/lanes/<cluster>/epoch`.
     pub key: String,
+    /// This node, 0 or 1.
     pub node: NodeId,
     /// Limit for one call on one endpoint (connect, send, answer).
     pub timeout: Duration,
@@ -31,14 +34,8 @@ pub struct Versioned {
     pub revision: i64,
 }
 
-/// What a claim or a rejoin came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Stored: this is now the record.
-    Won(Versioned),
-    /// Another write came first (or the transition is refused): the record as it is.
-    Lost(Versioned),
-}
+/// How often a race or an in-sync mark re-reads after losing a compare to a concurrent write.
+const CAS_TRIES: usize = 8;
 
 /// The etcd-backed witness of one cluster, as seen by one node.
 #[derive(Debug, Clone)]
@@ -55,8 +52,8 @@ impl Witness {
         self.config.node
     }
 
-    /// The current record; a cluster that has none gets [`EpochRecord::FIRST`] (created once,
-    /// whoever asks first).
+    /// The current record; a cluster that has none gets the core's first record (epoch 0,
+    /// nobody alone), created once, whoever asks first.
     pub async fn read(&self) -> Result<Versioned, Error> {
         let body = self
             .call(gateway::RANGE, gateway::range(&self.config.key))
@@ -65,43 +62,83 @@ impl Witness {
         match current {
             Some(kv) => self.decode(&kv),
             None => {
-                let first = Versioned {
-                    record: EpochRecord::FIRST,
+                let none = Versioned {
+                    record: EpochRecord::default(),
                     revision: 0,
                 };
-                match self.put_if(&first, &EpochRecord::FIRST).await? {
-                    Outcome::Won(v) | Outcome::Lost(v) => Ok(v),
+                match self.put_if(&none, &EpochRecord::default()).await? {
+                    Ok(v) | Err(v) => Ok(v),
                 }
             }
         }
     }
 
-    /// Acknowledge alone from `seen` on (see [`EpochRecord::claim`]); lost when the record
-    /// changed since `seen` or this node is outdated in it.
-    pub async fn claim(&self, seen: &Versioned) -> Result<Outcome, Error> {
-        match seen.record.claim(self.config.node) {
-            Ok(next) => self.put_if(seen, &next).await,
-            Err(_) => Ok(Outcome::Lost(*seen)),
+    /// Races for the epoch (the core's `Action::RaceForEpoch`): won when this node's proposal
+    /// is stored, lost when the record says it is outdated, unreachable when etcd does not
+    /// answer (nothing may be assumed then).
+    pub async fn race(&self) -> RaceOutcome {
+        match self.race_inner().await {
+            Ok(outcome) => outcome,
+            Err(_) => RaceOutcome::Unreachable,
         }
     }
 
-    /// End this node's epoch alone after a resync (see [`EpochRecord::rejoin`]).
-    pub async fn rejoin(&self, seen: &Versioned) -> Result<Outcome, Error> {
-        match seen.record.rejoin(self.config.node) {
-            Ok(next) => self.put_if(seen, &next).await,
-            Err(_) => Ok(Outcome::Lost(*seen)),
+    /// [`Witness::race`] with the reason etcd could not be used.
+    pub async fn race_inner(&self) -> Result<RaceOutcome, Error> {
+        let mut seen = self.read().await?;
+        for _ in 0..CAS_TRIES {
+            let Some(next) = race_proposal(&seen.record, self.config.node) else {
+                return Ok(RaceOutcome::Lost {
+                    epoch: seen.record.epoch,
+                });
+            };
+            match self.put_if(&seen, &next).await? {
+                Ok(won) => {
+                    return Ok(RaceOutcome::Won {
+                        epoch: won.record.epoch,
+                    })
+                }
+                Err(current) => seen = current,
+            }
         }
+        Err(self.protocol(format!(
+            "the epoch key changed under {CAS_TRIES} compare-and-swaps in a row"
+        )))
     }
 
-    async fn put_if(&self, seen: &Versioned, next: &EpochRecord) -> Result<Outcome, Error> {
-        let body = gateway::put_if_revision(&self.config.key, seen.revision, &next.to_json());
+    /// Clears the outdated mark after a finished resync in `epoch` (the core's
+    /// `Action::MarkInSync`): true once the record needs no change, false if etcd did not
+    /// answer.
+    pub async fn mark_in_sync(&self, epoch: u64) -> Result<bool, Error> {
+        let mut seen = self.read().await?;
+        for _ in 0..CAS_TRIES {
+            let Some(next) = in_sync_proposal(&seen.record, self.config.node, epoch) else {
+                return Ok(true);
+            };
+            match self.put_if(&seen, &next).await? {
+                Ok(_) => return Ok(true),
+                Err(current) => seen = current,
+            }
+        }
+        Ok(false)
+    }
+
+    /// Stores `next` if the key is still at `seen`'s revision: `Ok` with what was stored, or
+    /// `Err` with the record that is there instead.
+    pub async fn put_if(
+        &self,
+        seen: &Versioned,
+        next: &EpochRecord,
+    ) -> Result<Result<Versioned, Versioned>, Error> {
+        let body =
+            gateway::put_if_revision(&self.config.key, seen.revision, &record::to_json(next));
         let answer = self.call(gateway::TXN, body).await?;
         match gateway::parse_txn(&answer).map_err(|r| self.protocol(r))? {
-            TxnResult::Applied { revision } => Ok(Outcome::Won(Versioned {
+            TxnResult::Applied { revision } => Ok(Ok(Versioned {
                 record: *next,
                 revision,
             })),
-            TxnResult::Failed { current: Some(kv) } => Ok(Outcome::Lost(self.decode(&kv)?)),
+            TxnResult::Failed { current: Some(kv) } => Ok(Err(self.decode(&kv)?)),
             TxnResult::Failed { current: None } => {
                 Err(self.protocol("the compare failed but the key does not exist".to_string()))
             }
@@ -109,7 +146,7 @@ impl Witness {
     }
 
     fn decode(&self, kv: &KeyValue) -> Result<Versioned, Error> {
-        let record = EpochRecord::from_json(&kv.value).map_err(|reason| Error::Record {
+        let record = record::from_json(&kv.value).map_err(|reason| Error::Record {
             key: self.config.key.clone(),
             reason,
         })?;

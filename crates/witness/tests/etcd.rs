@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lanes_test_support::etcd::Etcd;
-use lanes_witness::{ClusterState, EpochRecord, Error, Outcome, Witness, WitnessConfig};
+use lanes_witness::{EpochRecord, Error, RaceOutcome, Witness, WitnessConfig};
 
 fn witness(etcd: &Etcd, key: &str, node: u8) -> Witness {
     Witness::new(WitnessConfig {
@@ -24,79 +24,73 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn concurrent_claims_on_one_revision_have_exactly_one_winner() {
+fn concurrent_races_have_exactly_one_winner_and_the_loser_stays_outdated() {
     let etcd = Etcd::start();
     runtime().block_on(async {
         for round in 0..40 {
             let key = format!("/lanes/race{round}/epoch");
-            let one = Arc::new(witness(&etcd, &key, 1));
-            let two = Arc::new(witness(&etcd, &key, 2));
-            // Both read the same record (the first read creates it), then both claim at once.
-            let seen_one = one.read().await.unwrap();
-            let seen_two = two.read().await.unwrap();
-            assert_eq!(seen_one, seen_two);
-            assert_eq!(seen_one.record, EpochRecord::FIRST);
+            let nodes = [
+                Arc::new(witness(&etcd, &key, 0)),
+                Arc::new(witness(&etcd, &key, 1)),
+            ];
             let (a, b) = tokio::join!(
                 {
-                    let one = one.clone();
-                    async move { one.claim(&seen_one).await.unwrap() }
+                    let w = nodes[0].clone();
+                    async move { w.race_inner().await.unwrap() }
                 },
                 {
-                    let two = two.clone();
-                    async move { two.claim(&seen_two).await.unwrap() }
+                    let w = nodes[1].clone();
+                    async move { w.race_inner().await.unwrap() }
                 }
             );
-            let (winner, record) = match (a, b) {
-                (Outcome::Won(w), Outcome::Lost(l)) | (Outcome::Lost(l), Outcome::Won(w)) => {
-                    assert_eq!(w, l, "the loser sees the winner's record");
-                    (w, w.record)
-                }
-                other => panic!("round {round}: not exactly one winner: {other:?}"),
+            let winner = match (a, b) {
+                (RaceOutcome::Won { epoch: 1 }, RaceOutcome::Lost { epoch: 1 }) => 0,
+                (RaceOutcome::Lost { epoch: 1 }, RaceOutcome::Won { epoch: 1 }) => 1,
+                other => panic!("round {round}: not exactly one winner of epoch 1: {other:?}"),
             };
-            assert_eq!(record.epoch, 2);
-            assert!(matches!(record.state, ClusterState::Alone { .. }));
-            // What etcd holds is the winner's record.
-            assert_eq!(one.read().await.unwrap(), winner);
+            let stored = nodes[0].read().await.unwrap().record;
+            assert_eq!(
+                stored,
+                EpochRecord {
+                    epoch: 1,
+                    holder: Some(winner),
+                    outdated: Some(1 - winner),
+                }
+            );
+            // The loser is outdated: racing again never wins.
+            assert_eq!(
+                nodes[usize::from(1 - winner)].race().await,
+                RaceOutcome::Lost { epoch: 1 }
+            );
         }
     });
 }
 
 #[test]
-fn an_outdated_or_stale_node_never_wins_and_only_the_holder_rejoins() {
+fn after_a_resync_the_marks_clear_and_a_stale_mark_never_clears_a_newer_race() {
     let etcd = Etcd::start();
     runtime().block_on(async {
-        let one = witness(&etcd, "/lanes/pair/epoch", 1);
-        let two = witness(&etcd, "/lanes/pair/epoch", 2);
-        let first = one.read().await.unwrap();
-        let Outcome::Won(alone) = one.claim(&first).await.unwrap() else {
-            panic!("the only claimant lost")
-        };
-        assert_eq!(alone.record.state, ClusterState::Alone { holder: 1 });
-        // Node 2 with the old revision: lost, and it learns it is outdated.
-        let Outcome::Lost(seen) = two.claim(&first).await.unwrap() else {
-            panic!("a claim on a stale revision won")
-        };
-        assert_eq!(seen, alone);
-        assert_eq!(seen.record.outdated(), Some(2));
-        // With the fresh record it is still refused: outdated until the holder rejoins.
-        assert!(matches!(two.claim(&seen).await.unwrap(), Outcome::Lost(_)));
-        assert!(matches!(two.rejoin(&seen).await.unwrap(), Outcome::Lost(_)));
-        // The holder claims again (the peer went away during the resync): same epoch.
-        let Outcome::Won(again) = one.claim(&alone).await.unwrap() else {
-            panic!("the holder lost its own epoch")
-        };
-        assert_eq!(again.record, alone.record);
-        let Outcome::Won(in_sync) = one.rejoin(&again).await.unwrap() else {
-            panic!("the holder could not rejoin")
-        };
-        assert_eq!(in_sync.record.epoch, 3);
-        assert_eq!(in_sync.record.state, ClusterState::InSync);
-        // A rejoin on a revision that moved on is lost.
-        assert!(matches!(
-            one.rejoin(&again).await.unwrap(),
-            Outcome::Lost(_)
-        ));
-        assert_eq!(two.read().await.unwrap(), in_sync);
+        let n0 = witness(&etcd, "/lanes/pair/epoch", 0);
+        let n1 = witness(&etcd, "/lanes/pair/epoch", 1);
+        assert_eq!(n0.race().await, RaceOutcome::Won { epoch: 1 });
+        assert_eq!(n1.race().await, RaceOutcome::Lost { epoch: 1 });
+        // The holder resynced its peer in epoch 1 and clears the marks.
+        assert!(n0.mark_in_sync(1).await.unwrap());
+        assert_eq!(
+            n1.read().await.unwrap().record,
+            EpochRecord {
+                epoch: 1,
+                holder: None,
+                outdated: None
+            }
+        );
+        // Now node 1 may win a later race (node 0 lost, say).
+        assert_eq!(n1.race().await, RaceOutcome::Won { epoch: 2 });
+        // A mark for epoch 1 delayed past that race changes nothing.
+        assert!(n0.mark_in_sync(1).await.unwrap());
+        let now = n0.read().await.unwrap().record;
+        assert_eq!(now.outdated, Some(0), "{now:?}");
+        assert_eq!(n0.race().await, RaceOutcome::Lost { epoch: 2 });
     });
 }
 
@@ -104,14 +98,13 @@ fn an_outdated_or_stale_node_never_wins_and_only_the_holder_rejoins() {
 fn an_unreachable_witness_is_an_error_within_the_timeout_and_a_restart_keeps_the_record() {
     let mut etcd = Etcd::start();
     runtime().block_on(async {
-        let one = witness(&etcd, "/lanes/restart/epoch", 1);
-        let first = one.read().await.unwrap();
-        let Outcome::Won(alone) = one.claim(&first).await.unwrap() else {
-            panic!("the only claimant lost")
-        };
+        let n0 = witness(&etcd, "/lanes/restart/epoch", 0);
+        assert_eq!(n0.race().await, RaceOutcome::Won { epoch: 1 });
+        let before = n0.read().await.unwrap();
         etcd.kill();
         let started = Instant::now();
-        let err = one.claim(&alone).await.unwrap_err();
+        assert_eq!(n0.race().await, RaceOutcome::Unreachable);
+        let err = n0.race_inner().await.unwrap_err();
         assert!(matches!(err, Error::Unreachable { .. }), "{err}");
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -119,7 +112,7 @@ fn an_unreachable_witness_is_an_error_within_the_timeout_and_a_restart_keeps_the
             started.elapsed()
         );
         etcd.restart();
-        assert_eq!(one.read().await.unwrap(), alone);
+        assert_eq!(n0.read().await.unwrap(), before);
     });
 }
 
@@ -127,8 +120,8 @@ fn an_unreachable_witness_is_an_error_within_the_timeout_and_a_restart_keeps_the
 fn a_foreign_value_under_the_key_is_named_not_trusted() {
     let etcd = Etcd::start();
     runtime().block_on(async {
-        // Another program's value under the key: put it through the gateway directly.
-        let one = witness(&etcd, "/lanes/foreign/epoch", 1);
+        let n0 = witness(&etcd, "/lanes/foreign/epoch", 0);
+        // Another program's value under the key.
         let raw = lanes_witness::gateway::put_if_revision("/lanes/foreign/epoch", 0, b"not json");
         let mut stream = tokio::net::TcpStream::connect(etcd.client).await.unwrap();
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -143,11 +136,13 @@ fn a_foreign_value_under_the_key_is_named_not_trusted() {
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.unwrap();
         assert!(answer.starts_with(b"HTTP/1.1 200"));
-        let err = one.read().await.unwrap_err();
+        let err = n0.read().await.unwrap_err();
         assert!(
             matches!(&err, Error::Record { key, .. } if key == "/lanes/foreign/epoch"),
             "{err}"
         );
+        // Racing on it is never a win.
+        assert_eq!(n0.race().await, RaceOutcome::Unreachable);
     });
 }
 
@@ -159,7 +154,7 @@ fn a_silent_endpoint_costs_one_timeout_and_the_next_endpoint_answers() {
     let config = |endpoints| WitnessConfig {
         endpoints,
         key: "/lanes/silent/epoch".to_string(),
-        node: 1,
+        node: 0,
         timeout: Duration::from_millis(300),
     };
     runtime().block_on(async {
@@ -176,6 +171,6 @@ fn a_silent_endpoint_costs_one_timeout_and_the_next_endpoint_answers() {
             "{took:?}"
         );
         let both = Witness::new(config(vec![silent.local_addr().unwrap(), etcd.client]));
-        assert_eq!(both.read().await.unwrap().record, EpochRecord::FIRST);
+        assert_eq!(both.read().await.unwrap().record, EpochRecord::default());
     });
 }
