@@ -101,6 +101,7 @@ fn called() -> BTreeSet<String> {
         "scripts/readme-check.sh",
         "scripts/package-check.sh",
         "scripts/build-deb.sh",
+        "scripts/ceph-cluster",
         "vm/lib.sh",
         "vm/build-guest",
         "vm/boot",

@@ -5,6 +5,7 @@
 //!
 //! Only for tests: it panics with a message whenever something it sets up does not come up.
 
+pub mod ceph;
 pub mod config;
 pub mod etcd;
 pub mod serve;

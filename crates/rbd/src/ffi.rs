@@ -1,0 +1,317 @@
+//! The handful of librados/librbd C functions lanes calls, resolved from the shared libraries
+//! at run time. This is the only module with `unsafe`: each call passes handles that this
+//! crate created and keeps alive ([`crate::device`] owns them), NUL-terminated strings it
+//! built, and buffers whose length it passes alongside.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+use crate::{errno_text, Error};
+
+pub type Handle = *mut c_void;
+
+type Create = unsafe extern "C" fn(*mut Handle, *const c_char) -> c_int;
+type ConfReadFile = unsafe extern "C" fn(Handle, *const c_char) -> c_int;
+type ConfSet = unsafe extern "C" fn(Handle, *const c_char, *const c_char) -> c_int;
+type Connect = unsafe extern "C" fn(Handle) -> c_int;
+type Shutdown = unsafe extern "C" fn(Handle);
+type IoctxCreate = unsafe extern "C" fn(Handle, *const c_char, *mut Handle) -> c_int;
+type IoctxDestroy = unsafe extern "C" fn(Handle);
+type Open = unsafe extern "C" fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
+type Close = unsafe extern "C" fn(Handle) -> c_int;
+type GetU64 = unsafe extern "C" fn(Handle, *mut u64) -> c_int;
+type Read = unsafe extern "C" fn(Handle, u64, usize, *mut c_char) -> isize;
+type Write = unsafe extern "C" fn(Handle, u64, usize, *const c_char) -> isize;
+type Discard = unsafe extern "C" fn(Handle, u64, u64) -> c_int;
+type Flush = unsafe extern "C" fn(Handle) -> c_int;
+type GetId = unsafe extern "C" fn(Handle, *mut c_char, usize) -> c_int;
+
+/// The resolved functions (the libraries stay loaded for the life of the process).
+pub struct Api {
+    _rados: Library,
+    _rbd: Library,
+    create: Create,
+    conf_read_file: ConfReadFile,
+    conf_set: ConfSet,
+    connect: Connect,
+    shutdown: Shutdown,
+    ioctx_create: IoctxCreate,
+    ioctx_destroy: IoctxDestroy,
+    open: Open,
+    close: Close,
+    get_size: GetU64,
+    get_features: GetU64,
+    read: Read,
+    write: Write,
+    discard: Discard,
+    flush: Flush,
+    get_id: GetId,
+}
+
+// The function pointers are plain C functions that librados/librbd document as callable from
+// any thread; the libraries are never unloaded.
+unsafe impl Send for Api {}
+unsafe impl Sync for Api {}
+
+fn load(name: &str) -> Result<Library, Error> {
+    // SAFETY: loading Ceph's client libraries runs their initialisers, which only register
+    // their own state.
+    unsafe { Library::new(name) }.map_err(|e| Error::Load {
+        library: name.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn symbol<T: Copy>(lib: &Library, name: &str, library: &str) -> Result<T, Error> {
+    // SAFETY: `T` is the C signature of `name` as declared in librados.h / librbd.h.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| Error::Load {
+            library: format!("{library} ({name})"),
+            reason: e.to_string(),
+        })
+}
+
+static API: OnceLock<Result<Api, String>> = OnceLock::new();
+
+/// The loaded API, loading it on first use.
+pub fn api() -> Result<&'static Api, Error> {
+    let loaded = API.get_or_init(|| {
+        (|| -> Result<Api, Error> {
+            let rados = load("librados.so.2")?;
+            let rbd = load("librbd.so.1")?;
+            let (r, b) = ("librados.so.2", "librbd.so.1");
+            Ok(Api {
+                create: symbol(&rados, "rados_create", r)?,
+                conf_read_file: symbol(&rados, "rados_conf_read_file", r)?,
+                conf_set: symbol(&rados, "rados_conf_set", r)?,
+                connect: symbol(&rados, "rados_connect", r)?,
+                shutdown: symbol(&rados, "rados_shutdown", r)?,
+                ioctx_create: symbol(&rados, "rados_ioctx_create", r)?,
+                ioctx_destroy: symbol(&rados, "rados_ioctx_destroy", r)?,
+                open: symbol(&rbd, "rbd_open", b)?,
+                close: symbol(&rbd, "rbd_close", b)?,
+                get_size: symbol(&rbd, "rbd_get_size", b)?,
+                get_features: symbol(&rbd, "rbd_get_features", b)?,
+                read: symbol(&rbd, "rbd_read", b)?,
+                write: symbol(&rbd, "rbd_write", b)?,
+                discard: symbol(&rbd, "rbd_discard", b)?,
+                flush: symbol(&rbd, "rbd_flush", b)?,
+                get_id: symbol(&rbd, "rbd_get_id", b)?,
+                _rados: rados,
+                _rbd: rbd,
+            })
+        })()
+        .map_err(|e| e.to_string())
+    });
+    loaded.as_ref().map_err(|reason| Error::Load {
+        library: "librados/librbd".into(),
+        reason: reason.clone(),
+    })
+}
+
+fn cstring(text: &str, what: &str) -> Result<CString, Error> {
+    CString::new(text).map_err(|_| Error::Invalid(format!("{what} {text:?} contains a NUL byte")))
+}
+
+fn check(rc: c_int, call: &'static str, what: &str) -> Result<(), Error> {
+    if rc < 0 {
+        Err(Error::Call {
+            call,
+            what: what.to_string(),
+            errno: -rc,
+            errno_text: errno_text(-rc),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// A connected cluster handle and an I/O context on one pool.
+pub struct Pool {
+    api: &'static Api,
+    cluster: Handle,
+    ioctx: Handle,
+}
+
+// librados handles may be used from any thread.
+unsafe impl Send for Pool {}
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// Connects as `client` (without the `client.` prefix) with `conf`, plus `options`.
+    pub fn connect(
+        conf: &str,
+        client: &str,
+        options: &[(&str, &str)],
+        pool: &str,
+    ) -> Result<Pool, Error> {
+        let api = api()?;
+        let id = cstring(client, "client name")?;
+        let mut cluster: Handle = std::ptr::null_mut();
+        // SAFETY: `cluster` is a valid out pointer; `id` outlives the call.
+        check(
+            unsafe { (api.create)(&mut cluster, id.as_ptr()) },
+            "rados_create",
+            client,
+        )?;
+        let mut me = Pool {
+            api,
+            cluster,
+            ioctx: std::ptr::null_mut(),
+        };
+        let path = cstring(conf, "Ceph configuration path")?;
+        // SAFETY: `cluster` was created above and is not shut down yet.
+        check(
+            unsafe { (api.conf_read_file)(me.cluster, path.as_ptr()) },
+            "rados_conf_read_file",
+            conf,
+        )?;
+        for (key, value) in options {
+            let (k, v) = (cstring(key, "option")?, cstring(value, "option value")?);
+            // SAFETY: as above; both strings outlive the call.
+            check(
+                unsafe { (api.conf_set)(me.cluster, k.as_ptr(), v.as_ptr()) },
+                "rados_conf_set",
+                key,
+            )?;
+        }
+        // SAFETY: as above.
+        check(unsafe { (api.connect)(me.cluster) }, "rados_connect", conf)?;
+        let name = cstring(pool, "pool name")?;
+        let mut ioctx: Handle = std::ptr::null_mut();
+        // SAFETY: connected cluster; valid out pointer.
+        check(
+            unsafe { (api.ioctx_create)(me.cluster, name.as_ptr(), &mut ioctx) },
+            "rados_ioctx_create",
+            pool,
+        )?;
+        me.ioctx = ioctx;
+        Ok(me)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: the handles were created by this value and are released once, here; every
+        // image opened on the context is closed first (Image borrows the Pool through Arc).
+        unsafe {
+            if !self.ioctx.is_null() {
+                (self.api.ioctx_destroy)(self.ioctx);
+            }
+            (self.api.shutdown)(self.cluster);
+        }
+    }
+}
+
+/// An open image.
+pub struct Image {
+    api: &'static Api,
+    image: Handle,
+    name: String,
+    /// Keeps the pool's handles alive while the image is open.
+    _pool: std::sync::Arc<Pool>,
+}
+
+// librbd allows concurrent I/O calls on one image handle from several threads.
+unsafe impl Send for Image {}
+unsafe impl Sync for Image {}
+
+impl Image {
+    pub fn open(pool: std::sync::Arc<Pool>, name: &str) -> Result<Image, Error> {
+        let api = pool.api;
+        let cname = cstring(name, "image name")?;
+        let mut image: Handle = std::ptr::null_mut();
+        // SAFETY: the pool's context is alive (held by `pool`); valid out pointer; a null
+        // snapshot name opens the head.
+        check(
+            unsafe { (api.open)(pool.ioctx, cname.as_ptr(), &mut image, std::ptr::null()) },
+            "rbd_open",
+            name,
+        )?;
+        Ok(Image {
+            api,
+            image,
+            name: name.to_string(),
+            _pool: pool,
+        })
+    }
+
+    fn get_u64(&self, f: GetU64, call: &'static str) -> Result<u64, Error> {
+        let mut value = 0u64;
+        // SAFETY: open image; valid out pointer.
+        check(unsafe { f(self.image, &mut value) }, call, &self.name)?;
+        Ok(value)
+    }
+
+    pub fn size(&self) -> Result<u64, Error> {
+        self.get_u64(self.api.get_size, "rbd_get_size")
+    }
+
+    /// The size now (after an `rbd resize` elsewhere).
+    pub fn size_now(&self) -> Result<u64, Error> {
+        self.size()
+    }
+
+    pub fn features(&self) -> Result<u64, Error> {
+        self.get_u64(self.api.get_features, "rbd_get_features")
+    }
+
+    /// The image's id (stable across renames).
+    pub fn id(&self) -> Result<String, Error> {
+        let mut buf = [0u8; 64];
+        // SAFETY: open image; the buffer and its length.
+        check(
+            unsafe { (self.api.get_id)(self.image, buf.as_mut_ptr().cast(), buf.len()) },
+            "rbd_get_id",
+            &self.name,
+        )?;
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned())
+    }
+
+    /// Reads `buf.len()` bytes at `offset`; the byte count librbd returned.
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        // SAFETY: open image; the buffer is writable for its length.
+        let n = unsafe { (self.api.read)(self.image, offset, buf.len(), buf.as_mut_ptr().cast()) };
+        usize::try_from(n).map_err(|_| std::io::Error::from_raw_os_error((-n) as i32))
+    }
+
+    pub fn write(&self, buf: &[u8], offset: u64) -> std::io::Result<usize> {
+        // SAFETY: open image; the buffer is readable for its length.
+        let n = unsafe { (self.api.write)(self.image, offset, buf.len(), buf.as_ptr().cast()) };
+        usize::try_from(n).map_err(|_| std::io::Error::from_raw_os_error((-n) as i32))
+    }
+
+    pub fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        // SAFETY: open image.
+        let rc = unsafe { (self.api.discard)(self.image, offset, len) };
+        if rc < 0 {
+            Err(std::io::Error::from_raw_os_error(-rc))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn flush(&self) -> std::io::Result<()> {
+        // SAFETY: open image.
+        let rc = unsafe { (self.api.flush)(self.image) };
+        if rc < 0 {
+            Err(std::io::Error::from_raw_os_error(-rc))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        // SAFETY: opened by this value, closed once, before the pool (held by `_pool`).
+        unsafe {
+            (self.api.close)(self.image);
+        }
+    }
+}
