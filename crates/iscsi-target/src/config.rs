@@ -217,6 +217,8 @@ pub struct LunConfig {
     /// Test harness only (`blockstore::VolatileDevice`): writes stay in process memory until
     /// a flush, so kill -9 of the server loses what a power loss would.
     pub volatile_cache: bool,
+    /// The LUN is an RBD image (`path` then only names it, as `rbd:POOL/IMAGE`).
+    pub rbd: Option<lanes_rbd::RbdSource>,
 }
 
 impl LunConfig {
@@ -231,6 +233,7 @@ impl LunConfig {
             read_only: false,
             write_cache: true,
             volatile_cache: false,
+            rbd: None,
         }
     }
 
@@ -248,6 +251,10 @@ impl LunConfig {
     /// file would silently hide data a host wrote. Block devices are left as they are.
     pub fn ensure_backing_file(&self) -> std::io::Result<u64> {
         use std::io::{Error, ErrorKind};
+        if self.rbd.is_some() {
+            // The image exists in the cluster (`rbd create`); its size is its own.
+            return Ok(self.size.unwrap_or(0));
+        }
         let path = &self.path;
         match std::fs::metadata(path) {
             Ok(meta) if !meta.is_file() => Ok(meta.len()),

@@ -110,6 +110,12 @@ pub enum BuildError {
         #[source]
         source: blockstore::OpenError,
     },
+    #[error("opening the RBD image {image} of LUN")]
+    Rbd {
+        image: String,
+        #[source]
+        source: lanes_rbd::Error,
+    },
     #[error("target {target} LUN {lun}")]
     Lun {
         target: String,
@@ -130,20 +136,30 @@ pub fn build_lu(
     lun: &LunConfig,
     tpgs: &Arc<scsi::TargetPortGroups>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
-    let file =
-        blockstore::FileDevice::open(&lun.path, lun.size).map_err(|source| BuildError::Device {
-            path: lun.path.display().to_string(),
-            source,
-        })?;
+    let device_error = |source| BuildError::Device {
+        path: lun.path.display().to_string(),
+        source,
+    };
+    let file: Arc<dyn blockstore::BlockDevice> = match &lun.rbd {
+        Some(source) => {
+            Arc::new(
+                lanes_rbd::RbdDevice::open(source).map_err(|e| BuildError::Rbd {
+                    image: source.spec(),
+                    source: e,
+                })?,
+            )
+        }
+        None => Arc::new(blockstore::FileDevice::open(&lun.path, lun.size).map_err(device_error)?),
+    };
     let device: Arc<dyn blockstore::BlockDevice> = if lun.volatile_cache {
         tracing::warn!(
             "{target_name} LUN {}: volatile-cache is on (a test harness): writes stay in memory \
              until a flush, and kill -9 loses them",
             lun.lun
         );
-        Arc::new(blockstore::VolatileDevice::new(Arc::new(file)))
+        Arc::new(blockstore::VolatileDevice::new(file))
     } else {
-        Arc::new(file)
+        file
     };
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
@@ -157,7 +173,9 @@ pub fn build_lu(
         revision: product_revision(),
         read_only: lun.read_only,
         write_cache: lun.write_cache,
-        pr_file: Some(pr_file.into()),
+        // RBD LUNs: reservations are not persisted in this release (no local file stands for
+        // state that several gateways share).
+        pr_file: lun.rbd.is_none().then(|| pr_file.into()),
         thin: true,
     };
     let unit =

@@ -433,3 +433,63 @@ fn backing_files_are_created_sparse_and_never_shrunk() {
     assert!(lun.ensure_backing_file().is_err(), "never shrunk");
     assert!(dir.path().join("data").is_dir());
 }
+
+#[test]
+fn an_rbd_lun_names_its_pool_and_image_and_errors_name_the_key() {
+    let base = "[[target]]\nname = \"iqn.2026-11.io.lanes:ceph\"\n\n[[target.lun]]\n";
+    let ok = parse(&format!(
+        "{base}backend = \"rbd\"\npool = \"rbd\"\nimage = \"vol1\"\nceph-conf = \"ceph/ceph.conf\"\n"
+    ))
+    .unwrap();
+    let lun = &ok.targets[0].luns[0];
+    let rbd = lun.rbd.as_ref().expect("an RBD LUN");
+    assert_eq!((rbd.pool.as_str(), rbd.image.as_str()), ("rbd", "vol1"));
+    assert_eq!(rbd.ceph_conf, Path::new("/etc/lanes/ceph/ceph.conf"));
+    assert_eq!(rbd.client, "admin");
+    assert_eq!(lun.path, Path::new("rbd:rbd/vol1"));
+    // `lanes config show` writes it back the same way.
+    let shown = ok.to_toml();
+    assert!(
+        shown.contains("backend = \"rbd\"") && shown.contains("image = \"vol1\""),
+        "{shown}"
+    );
+    assert_eq!(parse(&shown).unwrap().targets, ok.targets);
+
+    for (body, key, message) in [
+        (
+            "backend = \"rbd\"\npool = \"rbd\"\n",
+            "target[0].lun[0].image",
+            "required",
+        ),
+        (
+            "backend = \"rbd\"\npool = \"rbd\"\nimage = \"a/b\"\n",
+            "target[0].lun[0].image",
+            "without '/'",
+        ),
+        (
+            "backend = \"rbd\"\npool = \"rbd\"\nimage = \"v\"\nsize = \"1G\"\n",
+            "target[0].lun[0].size",
+            "rbd resize",
+        ),
+        (
+            "backend = \"rbd\"\npool = \"rbd\"\nimage = \"v\"\npath = \"x.img\"\n",
+            "target[0].lun[0].path",
+            "not a path",
+        ),
+        ("backend = \"nfs\"\n", "target[0].lun[0].backend", "must be"),
+        (
+            "path = \"x.img\"\npool = \"rbd\"\n",
+            "target[0].lun[0].pool",
+            "only for backend",
+        ),
+        ("lun = 3\n", "target[0].lun[0].path", "required"),
+    ] {
+        let err = parse(&format!("{base}{body}")).expect_err(body);
+        let text = err.to_string();
+        assert!(text.starts_with("/etc/lanes/lanes.toml:"), "{text}");
+        assert!(
+            text.contains(&format!(": {key}: ")) && text.contains(message),
+            "{body:?}: {text}"
+        );
+    }
+}

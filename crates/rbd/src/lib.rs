@@ -20,7 +20,7 @@ pub use device::{RbdDevice, RbdSource};
 pub enum Error {
     #[error("cannot load {library} (install Debian's librados2 and librbd1): {reason}")]
     Load { library: String, reason: String },
-    #[error("{call} failed for {what}: {errno_text} ({errno})")]
+    #[error("{call} failed for {what}: {errno_text}")]
     Call {
         call: &'static str,
         what: String,

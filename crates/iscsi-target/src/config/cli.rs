@@ -39,12 +39,14 @@ pub struct CliOverrides {
     pub allow_multiple_sessions: Option<bool>,
 }
 
-/// A `--lun PATH[,size=SIZE][,block-size=512|4096]` value.
+/// A `--lun PATH[,size=SIZE][,block-size=512|4096]` or
+/// `--lun rbd:POOL/IMAGE[,ceph-conf=FILE][,ceph-client=NAME][,block-size=...]` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LunSpec {
     pub path: PathBuf,
     pub size: Option<u64>,
     pub block_size: u32,
+    pub rbd: Option<lanes_rbd::RbdSource>,
 }
 
 impl FromStr for LunSpec {
@@ -58,12 +60,48 @@ impl FromStr for LunSpec {
                 "{text:?}: expected PATH[,size=SIZE][,block-size=512|4096], the path comes first"
             ));
         }
+        let rbd = match path.strip_prefix("rbd:") {
+            Some(spec) => match spec.split_once('/') {
+                Some((pool, image))
+                    if !pool.is_empty() && !image.is_empty() && !image.contains('/') =>
+                {
+                    Some(lanes_rbd::RbdSource {
+                        pool: pool.to_string(),
+                        image: image.to_string(),
+                        ceph_conf: std::env::var_os("CEPH_CONF")
+                            .map_or_else(|| "/etc/ceph/ceph.conf".into(), PathBuf::from),
+                        client: "admin".to_string(),
+                    })
+                }
+                _ => return Err(format!("{text:?}: expected rbd:POOL/IMAGE")),
+            },
+            None => None,
+        };
         let mut spec = LunSpec {
             path: PathBuf::from(path),
             size: None,
             block_size: 512,
+            rbd,
         };
         for option in parts {
+            match (option.split_once('='), spec.rbd.as_mut()) {
+                (Some(("ceph-conf", value)), Some(rbd)) => rbd.ceph_conf = PathBuf::from(value),
+                (Some(("ceph-client", value)), Some(rbd)) => rbd.client = value.to_string(),
+                (Some(("size", _)), Some(_)) => {
+                    return Err(format!(
+                        "{text:?}: an RBD image has its own size (change it with `rbd resize`)"
+                    ))
+                }
+                _ => {}
+            }
+            if spec.rbd.is_some()
+                && matches!(
+                    option.split_once('='),
+                    Some(("ceph-conf" | "ceph-client", _))
+                )
+            {
+                continue;
+            }
             match option.split_once('=') {
                 Some(("size", value)) => spec.size = Some(parse_size(value)?),
                 Some(("block-size", "512")) => spec.block_size = 512,
@@ -73,7 +111,8 @@ impl FromStr for LunSpec {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown option {option:?} (known: size=SIZE, block-size=512|4096)"
+                        "unknown option {option:?} (known: size=SIZE, block-size=512|4096; \
+                         for rbd:POOL/IMAGE also ceph-conf=FILE, ceph-client=NAME)"
                     ))
                 }
             }
@@ -202,7 +241,14 @@ pub(crate) fn build(cli: &CliOverrides) -> Result<ServeConfig, ConfigError> {
         }
         for spec in &cli.luns {
             let number = target.luns.iter().map(|l| l.lun + 1).max().unwrap_or(0);
-            let mut lun = LunConfig::new(number, normalize(&spec.path));
+            let mut lun = match &spec.rbd {
+                Some(rbd) => {
+                    let mut lun = LunConfig::new(number, spec.path.clone());
+                    lun.rbd = Some(rbd.clone());
+                    lun
+                }
+                None => LunConfig::new(number, normalize(&spec.path)),
+            };
             lun.size = spec.size;
             lun.block_size = spec.block_size;
             target.luns.push(lun);

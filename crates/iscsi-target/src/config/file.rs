@@ -56,6 +56,13 @@
 //! volatile-cache = false         # test harness only: writes live in process memory until a
 //!                                # flush, so kill -9 loses what a power loss would
 //!
+//! [[target.lun]]                 # a LUN on a Ceph RBD image (instead of `path`)
+//! backend = "rbd"
+//! pool = "rbd"
+//! image = "vol1"                 # created with `rbd create --image-feature layering`
+//! ceph-conf = "/etc/ceph/ceph.conf"   # default
+//! ceph-client = "admin"          # default; its keyring as ceph.conf says
+//!
 //! [limits]                       # see `config::limits` for every key and its default
 //! login-timeout = "15s"
 //! ```
@@ -133,7 +140,12 @@ struct RawTarget {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawLun {
     lun: Option<Spanned<i64>>,
-    path: Spanned<String>,
+    path: Option<Spanned<String>>,
+    backend: Option<Spanned<String>>,
+    pool: Option<Spanned<String>>,
+    image: Option<Spanned<String>>,
+    ceph_conf: Option<Spanned<String>>,
+    ceph_client: Option<Spanned<String>>,
     size: Option<Spanned<NumberOrText>>,
     block_size: Option<Spanned<i64>>,
     serial: Option<Spanned<String>>,
@@ -586,8 +598,15 @@ impl Resolver<'_> {
             )?,
             None => default_number,
         };
+        let lun_span = raw
+            .lun
+            .as_ref()
+            .map(Spanned::span)
+            .or_else(|| raw.path.as_ref().map(Spanned::span))
+            .or_else(|| raw.backend.as_ref().map(Spanned::span))
+            .unwrap_or(0..0);
         if let Some(other) = target.luns.iter().position(|l| l.lun == number) {
-            let span = raw.lun.as_ref().map_or(raw.path.span(), Spanned::span);
+            let span = lun_span.clone();
             return Err(self.error(
                 span,
                 format!("{key}.lun"),
@@ -596,15 +615,89 @@ impl Resolver<'_> {
         }
         if number > MAX_LUN {
             return Err(self.error(
-                raw.path.span(),
+                lun_span,
                 format!("{key}.lun"),
                 format!("LUN {number} is beyond {MAX_LUN}"),
             ));
         }
-        if raw.path.get_ref().is_empty() {
-            return Err(self.error(raw.path.span(), format!("{key}.path"), "must not be empty"));
+        let mut lun = match (&raw.backend, &raw.path) {
+            (Some(backend), _) if backend.get_ref() == "rbd" => {
+                if let Some(path) = &raw.path {
+                    return Err(self.error(
+                        path.span(),
+                        format!("{key}.path"),
+                        "an RBD LUN has pool and image, not a path",
+                    ));
+                }
+                let text =
+                    |v: &Option<Spanned<String>>, name: &str| -> Result<String, ConfigError> {
+                        match v {
+                            Some(v) if !v.get_ref().is_empty() && !v.get_ref().contains('/') => {
+                                Ok(v.get_ref().clone())
+                            }
+                            Some(v) => Err(self.error(
+                                v.span(),
+                                format!("{key}.{name}"),
+                                "must be a non-empty name without '/'",
+                            )),
+                            None => Err(self.error(
+                                backend.span(),
+                                format!("{key}.{name}"),
+                                "required with backend = \"rbd\"",
+                            )),
+                        }
+                    };
+                let source = lanes_rbd::RbdSource {
+                    pool: text(&raw.pool, "pool")?,
+                    image: text(&raw.image, "image")?,
+                    ceph_conf: raw
+                        .ceph_conf
+                        .as_ref()
+                        .map_or_else(|| "/etc/ceph/ceph.conf".into(), |c| self.path(c.get_ref())),
+                    client: raw
+                        .ceph_client
+                        .as_ref()
+                        .map_or_else(|| "admin".to_string(), |c| c.get_ref().clone()),
+                };
+                let mut lun = LunConfig::new(number, format!("rbd:{}", source.spec()).into());
+                lun.rbd = Some(source);
+                lun
+            }
+            (Some(backend), _) if backend.get_ref() != "file" => {
+                return Err(self.error(
+                    backend.span(),
+                    format!("{key}.backend"),
+                    format!("must be \"file\" or \"rbd\", got {:?}", backend.get_ref()),
+                ))
+            }
+            (_, Some(path)) if !path.get_ref().is_empty() => {
+                LunConfig::new(number, self.path(path.get_ref()))
+            }
+            (_, Some(path)) => {
+                return Err(self.error(path.span(), format!("{key}.path"), "must not be empty"))
+            }
+            (_, None) => {
+                return Err(self.error(
+                    lun_span,
+                    format!("{key}.path"),
+                    "required (or backend = \"rbd\" with pool and image)",
+                ))
+            }
+        };
+        for (value, name) in [
+            (&raw.pool, "pool"),
+            (&raw.image, "image"),
+            (&raw.ceph_conf, "ceph-conf"),
+            (&raw.ceph_client, "ceph-client"),
+        ] {
+            if let (Some(v), None) = (value, &lun.rbd) {
+                return Err(self.error(
+                    v.span(),
+                    format!("{key}.{name}"),
+                    "only for backend = \"rbd\"",
+                ));
+            }
         }
-        let mut lun = LunConfig::new(number, self.path(raw.path.get_ref()));
         if let Some(value) = &raw.block_size {
             lun.block_size = match value.get_ref() {
                 512 => 512,
@@ -617,6 +710,13 @@ impl Resolver<'_> {
                     ))
                 }
             };
+        }
+        if let (Some(value), Some(_)) = (&raw.size, &lun.rbd) {
+            return Err(self.error(
+                value.span(),
+                format!("{key}.size"),
+                "an RBD image has its own size (change it with `rbd resize`)",
+            ));
         }
         if let Some(value) = &raw.size {
             let size = self.size(value, &format!("{key}.size"))?;

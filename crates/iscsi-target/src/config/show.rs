@@ -151,7 +151,18 @@ impl ServeConfig {
             for l in &t.luns {
                 let _ = writeln!(out, "\n[[target.lun]]");
                 let _ = writeln!(out, "lun = {}", l.lun);
-                let _ = writeln!(out, "path = {}", path(&l.path));
+                match &l.rbd {
+                    Some(rbd) => {
+                        let _ = writeln!(out, "backend = \"rbd\"");
+                        let _ = writeln!(out, "pool = {}", quoted(&rbd.pool));
+                        let _ = writeln!(out, "image = {}", quoted(&rbd.image));
+                        let _ = writeln!(out, "ceph-conf = {}", path(&rbd.ceph_conf));
+                        let _ = writeln!(out, "ceph-client = {}", quoted(&rbd.client));
+                    }
+                    None => {
+                        let _ = writeln!(out, "path = {}", path(&l.path));
+                    }
+                }
                 if let Some(size) = l.size {
                     let _ = writeln!(out, "size = {size}");
                 }

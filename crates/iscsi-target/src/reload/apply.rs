@@ -178,6 +178,8 @@ async fn prepare_into(
                 let before = std::fs::metadata(&config.path).ok();
                 let after = config.ensure_backing_file().map_err(|e| fail(&e))?;
                 match before {
+                    // An RBD image is the cluster's: nothing here to undo.
+                    None if config.rbd.is_some() => {}
                     None => undo.created.push(config.path.clone()),
                     Some(m) if m.is_file() && m.len() < after => {
                         undo.extended.push((config.path.clone(), m.len()))
