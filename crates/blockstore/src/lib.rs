@@ -101,6 +101,21 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 
+    /// COMPARE AND WRITE done by the storage itself: if `[offset, offset + compare.len())`
+    /// equals `compare`, write `write` (same length) there, atomically against every client of
+    /// the storage (other gateways of a shared image included). `None`: the device has no such
+    /// operation and the caller emulates it (atomic within this process only). `Some(Ok(None))`:
+    /// written; `Some(Ok(Some(i)))`: nothing written, the first difference is at byte `i`.
+    fn compare_and_write(
+        &self,
+        compare: &[u8],
+        write: &[u8],
+        offset: u64,
+    ) -> Option<std::io::Result<Option<u64>>> {
+        let _ = (compare, write, offset);
+        None
+    }
+
     /// Gives up the device's claim on its backing store (the file lock), so another device may
     /// open it, when it is taken out of service; I/O already under way still completes.
     fn release(&self) {}

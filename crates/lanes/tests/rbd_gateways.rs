@@ -66,5 +66,40 @@ fn two_gateways_over_one_image_see_one_lun() {
         // UNMAP through one gateway reads back zeros through the other.
         sa.unmap(2048, 8).await.unwrap();
         assert!(sb.read(2048, 8).await.unwrap().iter().all(|x| *x == 0));
+
+        // COMPARE AND WRITE from both gateways at once, as VMware ATS heartbeats race: exactly
+        // one GOOD and one MISCOMPARE every round, and the block holds the winner's data.
+        let lba = 4096u64;
+        let mut current = vec![0x40u8; 512];
+        sa.write_fua(lba, Bytes::from(current.clone()), true)
+            .await
+            .unwrap();
+        for round in 0..20u8 {
+            let mine = |who: u8| vec![(round * 2 + who) | 0x80; 512];
+            let (na, nb) = (mine(0), mine(1));
+            let (ra, rb) = tokio::join!(caw(&sa, lba, &current, &na), caw(&sb, lba, &current, &nb));
+            let now = sb.read(lba, 1).await.unwrap().to_vec();
+            match (ra, rb) {
+                (Ok(()), Err(_)) => assert_eq!(now, na, "round {round}"),
+                (Err(_), Ok(())) => assert_eq!(now, nb, "round {round}"),
+                other => panic!("round {round}: not exactly one winner: {other:?}"),
+            }
+            current = now;
+        }
     });
+}
+
+/// COMPARE AND WRITE(16) of one block: Ok on GOOD, Err with the sense on MISCOMPARE.
+async fn caw(s: &Session, lba: u64, verify: &[u8], write: &[u8]) -> Result<(), (u8, u8, u8)> {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x89;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[13] = 1;
+    let data = Bytes::from([verify, write].concat());
+    let out = s.execute(cdb, 0, Some(data)).await.expect("transport");
+    match (out.status, out.sense_triplet()) {
+        (0, _) => Ok(()),
+        (2, Some(t)) if t.0 == 0x0e && t.1 == 0x1d => Err(t),
+        other => panic!("COMPARE AND WRITE answered {other:?}"),
+    }
 }

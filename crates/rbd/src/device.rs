@@ -195,6 +195,19 @@ impl BlockDevice for RbdDevice {
     fn holes_read_zero(&self) -> bool {
         true
     }
+
+    fn compare_and_write(
+        &self,
+        compare: &[u8],
+        write: &[u8],
+        offset: u64,
+    ) -> Option<std::io::Result<Option<u64>>> {
+        if let Err(e) = self.check(offset, write.len() as u64) {
+            return Some(Err(e));
+        }
+        // librbd reports the first difference relative to the request, as SCSI does.
+        Some(self.image.compare_and_write(compare, write, offset))
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,15 @@ type Write = unsafe extern "C" fn(Handle, u64, usize, *const c_char) -> isize;
 type Discard = unsafe extern "C" fn(Handle, u64, u64) -> c_int;
 type Flush = unsafe extern "C" fn(Handle) -> c_int;
 type GetId = unsafe extern "C" fn(Handle, *mut c_char, usize) -> c_int;
+type CompareAndWrite = unsafe extern "C" fn(
+    Handle,
+    u64,
+    usize,
+    *const c_char,
+    *const c_char,
+    *mut u64,
+    c_int,
+) -> isize;
 
 /// The resolved functions (the libraries stay loaded for the life of the process).
 pub struct Api {
@@ -49,6 +58,7 @@ pub struct Api {
     discard: Discard,
     flush: Flush,
     get_id: GetId,
+    compare_and_write: CompareAndWrite,
 }
 
 // The function pointers are plain C functions that librados/librbd document as callable from
@@ -101,6 +111,7 @@ pub fn api() -> Result<&'static Api, Error> {
                 discard: symbol(&rbd, "rbd_discard", b)?,
                 flush: symbol(&rbd, "rbd_flush", b)?,
                 get_id: symbol(&rbd, "rbd_get_id", b)?,
+                compare_and_write: symbol(&rbd, "rbd_compare_and_write", b)?,
                 _rados: rados,
                 _rbd: rbd,
             })
@@ -284,6 +295,41 @@ impl Image {
         // SAFETY: open image; the buffer is readable for its length.
         let n = unsafe { (self.api.write)(self.image, offset, buf.len(), buf.as_ptr().cast()) };
         usize::try_from(n).map_err(|_| std::io::Error::from_raw_os_error((-n) as i32))
+    }
+
+    /// librbd's compare-and-write (atomic at the OSD): `Ok(None)` written, `Ok(Some(off))`
+    /// nothing written, the first difference at `off` bytes into the request.
+    pub fn compare_and_write(
+        &self,
+        compare: &[u8],
+        write: &[u8],
+        offset: u64,
+    ) -> std::io::Result<Option<u64>> {
+        if compare.len() != write.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "compare and write buffers differ in length",
+            ));
+        }
+        let mut mismatch = 0u64;
+        // SAFETY: open image; both buffers are readable for `len`; valid out pointer.
+        let n = unsafe {
+            (self.api.compare_and_write)(
+                self.image,
+                offset,
+                write.len(),
+                compare.as_ptr().cast(),
+                write.as_ptr().cast(),
+                &mut mismatch,
+                0,
+            )
+        };
+        const EILSEQ: isize = 84;
+        match n {
+            n if n >= 0 => Ok(None),
+            n if n == -EILSEQ => Ok(Some(mismatch)),
+            n => Err(std::io::Error::from_raw_os_error((-n) as i32)),
+        }
     }
 
     pub fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {

@@ -49,6 +49,56 @@ fn two_gateways_share_an_image_and_exclusive_lock_is_refused() {
     );
     assert_eq!(&seen[..512], &block[..512]);
 
+    // COMPARE AND WRITE at the OSD: written when equal, the first difference reported when not.
+    let at = 2 << 20;
+    let old = vec![0x11u8; 512];
+    a.write_at(&old, at).unwrap();
+    assert_eq!(
+        a.compare_and_write(&old, &[0x22; 512], at)
+            .unwrap()
+            .unwrap(),
+        None
+    );
+    let mut now = vec![0u8; 512];
+    b.read_at(&mut now, at).unwrap();
+    assert!(now.iter().all(|x| *x == 0x22));
+    let mut wrong = vec![0x22u8; 512];
+    wrong[300] = 0;
+    assert_eq!(
+        b.compare_and_write(&wrong, &[0x33; 512], at)
+            .unwrap()
+            .unwrap(),
+        Some(300),
+        "the offset of the first difference within the request"
+    );
+    b.read_at(&mut now, at).unwrap();
+    assert!(
+        now.iter().all(|x| *x == 0x22),
+        "nothing written on a miscompare"
+    );
+    // Two gateways racing, as VMware ATS heartbeats do: exactly one wins every round.
+    let a = std::sync::Arc::new(a);
+    let b = std::sync::Arc::new(b);
+    let mut current = vec![0x22u8; 512];
+    for round in 0..20u8 {
+        let mine = |who: u8| vec![round.wrapping_mul(2).wrapping_add(who) | 0x80; 512];
+        let (ma, mb) = (mine(0), mine(1));
+        let race = |dev: std::sync::Arc<RbdDevice>, cmp: Vec<u8>, new: Vec<u8>| {
+            std::thread::spawn(move || dev.compare_and_write(&cmp, &new, at).unwrap().unwrap())
+        };
+        let ta = race(a.clone(), current.clone(), ma.clone());
+        let tb = race(b.clone(), current.clone(), mb.clone());
+        let (ra, rb) = (ta.join().unwrap(), tb.join().unwrap());
+        a.read_at(&mut now, at).unwrap();
+        match (ra, rb) {
+            (None, Some(_)) => assert_eq!(now, ma, "round {round}"),
+            (Some(_), None) => assert_eq!(now, mb, "round {round}"),
+            other => panic!("round {round}: not exactly one winner: {other:?}"),
+        }
+        current = now.clone();
+    }
+    let a = std::sync::Arc::into_inner(a).unwrap();
+
     // Out of range is an error, not a crash.
     assert!(a.write_at(&[0; 512], 64 << 20).is_err());
 

@@ -341,6 +341,20 @@ impl LogicalUnit {
         let (verify, write) = data.split_at(len as usize);
         let end = r.lba + u64::from(r.blocks);
         let _guard = self.caw.compare_and_write(r.lba, end);
+        // Storage shared by several gateways compares and writes itself, atomically for all.
+        if let Some(done) = self
+            .cfg
+            .device
+            .compare_and_write(verify, write, r.lba * self.bs())
+        {
+            return match done.map_err(|_| Sense::write_error())? {
+                Some(i) => Err(Sense::miscompare(i)),
+                None => {
+                    drop(_guard);
+                    self.complete_write(r.fua)
+                }
+            };
+        }
         let mut have = vec![0u8; len as usize];
         self.cfg
             .device
