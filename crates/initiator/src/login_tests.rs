@@ -167,18 +167,17 @@ fn wrong_secret_and_missing_credentials_fail() {
     );
 }
 
-#[test]
-fn hostile_responses_are_errors_not_panics() {
-    let (mut me, _) = InitiatorLogin::new(params(Some(TARGET), Some(("u", b"s"))));
-    let resp = |data: &[u8], transit: bool, nsg: u8| LoginResponse {
+/// A successful Login Response carrying `data`.
+fn response(data: &[u8], transit: bool, csg: u8, nsg: u8) -> LoginResponse {
+    LoginResponse {
         transit,
         continue_bit: false,
-        csg: 0,
+        csg,
         nsg,
         version_max: 0,
         version_active: 0,
         isid: [0; 6],
-        tsih: 0,
+        tsih: 9,
         itt: 0,
         stat_sn: 0,
         exp_cmd_sn: 1,
@@ -186,7 +185,13 @@ fn hostile_responses_are_errors_not_panics() {
         status_class: 0,
         status_detail: 0,
         data: Bytes::copy_from_slice(data),
-    };
+    }
+}
+
+#[test]
+fn hostile_responses_are_errors_not_panics() {
+    let (mut me, _) = InitiatorLogin::new(params(Some(TARGET), Some(("u", b"s"))));
+    let resp = |data: &[u8], transit: bool, nsg: u8| response(data, transit, 0, nsg);
     assert!(me.handle(&resp(b"AuthMethod=None\0", true, 1)).is_err());
     let (mut me, _) = InitiatorLogin::new(params(Some(TARGET), Some(("u", b"s"))));
     assert!(matches!(
@@ -214,23 +219,7 @@ fn hostile_responses_are_errors_not_panics() {
 /// as LIO does (seen against Linux 6.1's iscsi_target_mod).
 #[test]
 fn keys_a_target_proposes_are_answered_before_it_transits() {
-    let resp = |data: &[u8], transit: bool, csg: u8, nsg: u8| LoginResponse {
-        transit,
-        continue_bit: false,
-        csg,
-        nsg,
-        version_max: 0,
-        version_active: 0,
-        isid: [0; 6],
-        tsih: 9,
-        itt: 0,
-        stat_sn: 0,
-        exp_cmd_sn: 1,
-        max_cmd_sn: 1,
-        status_class: 0,
-        status_detail: 0,
-        data: Bytes::copy_from_slice(data),
-    };
+    let resp = response;
     let (mut login, _) = InitiatorLogin::new(params(Some(TARGET), None));
     let Step::Send(_) = login
         .handle(&resp(

@@ -81,19 +81,9 @@ fn witness_config(lab: &str, node: u8) -> WitnessConfig {
     }
 }
 
-fn require_root() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    assert!(root, "lab tests need root (run ./scripts/test.sh as root)");
-}
-
 #[test]
 fn a_pair_has_a_shaped_replication_link_and_a_witness_each_node_reaches_alone() {
-    require_root();
+    lanes_test_support::require_root();
     let name = format!("t{}-pair", std::process::id());
     let _ = lanes_lab::down(&name);
     let options = Options {
