@@ -1,0 +1,325 @@
+//! Two replicated LUNs in one process, on real sockets on 127.0.0.1, a real etcd, file-backed
+//! local disks.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockstore::{BlockDevice, FileDevice};
+use lanes_ha::{PairConfig, PairStatus, ReplicatedLun};
+use lanes_test_support::etcd::Etcd;
+use lanes_witness::WitnessConfig;
+use replication::Alua;
+
+const BS: u64 = 4096;
+const BLOCKS: u64 = 2048; // 8 MiB
+
+struct Node {
+    lun: Arc<ReplicatedLun>,
+    dev: Arc<dyn BlockDevice>,
+}
+
+struct Pair {
+    etcd: Etcd,
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    listen: [SocketAddr; 2],
+    disks: [Arc<dyn BlockDevice>; 2],
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let etcd = Etcd::start();
+        let dir = tempfile::tempdir().unwrap();
+        let disk = |n: usize| -> Arc<dyn BlockDevice> {
+            Arc::new(
+                FileDevice::open(dir.path().join(format!("disk{n}")), Some(BLOCKS * BS)).unwrap(),
+            )
+        };
+        Pair {
+            disks: [disk(0), disk(1)],
+            dir: dir.path().to_path_buf(),
+            _dir: dir,
+            etcd,
+            listen: [free_addr(), free_addr()],
+        }
+    }
+
+    fn config(&self, node: u8) -> PairConfig {
+        PairConfig {
+            node,
+            preferred: 0,
+            listen: self.listen[usize::from(node)],
+            peer: self.listen[usize::from(1 - node)],
+            witness: WitnessConfig {
+                endpoints: vec![self.etcd.client],
+                key: "/lanes/test/lun0/epoch".into(),
+                node,
+                timeout: Duration::from_millis(500),
+            },
+            meta_path: self.dir.join(format!("meta{node}")),
+            replacement: false,
+            core: replication::Config::new(node, 0, BLOCKS),
+        }
+    }
+
+    fn start(&self, node: u8) -> Node {
+        let lun =
+            ReplicatedLun::start(self.config(node), self.disks[usize::from(node)].clone()).unwrap();
+        Node {
+            dev: lun.device(),
+            lun,
+        }
+    }
+
+    /// Both local disks, byte for byte.
+    fn local_images(&self) -> [Vec<u8>; 2] {
+        self.disks.clone().map(|d| image(&*d))
+    }
+}
+
+fn image(d: &dyn BlockDevice) -> Vec<u8> {
+    let mut v = vec![0u8; (BLOCKS * BS) as usize];
+    d.read_at(&mut v, 0).unwrap();
+    v
+}
+
+fn checksum(v: &[u8]) -> u32 {
+    crc32c::crc32c(v)
+}
+
+/// Wait (bounded) until the status satisfies `f`.
+async fn wait_status(n: &Node, what: &str, f: impl Fn(&PairStatus) -> bool) -> PairStatus {
+    let mut w = n.lun.status_watch();
+    let r = tokio::time::timeout(Duration::from_secs(15), w.wait_for(|s| f(s))).await;
+    match r {
+        Ok(Ok(s)) => *s,
+        _ => panic!("{what}: status stayed {:?}", n.lun.status()),
+    }
+}
+
+async fn paired(nodes: [&Node; 2]) {
+    for n in nodes {
+        wait_status(n, "pairing", |s| {
+            s.state == "Paired" && s.peer_connected && s.alua == Alua::ActiveOptimized
+        })
+        .await;
+    }
+}
+
+/// Deterministic test data for a write.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn write(dev: &Arc<dyn BlockDevice>, lba: u64, data: Vec<u8>) -> std::io::Result<()> {
+    let dev = dev.clone();
+    tokio::task::spawn_blocking(move || dev.write_at(&data, lba * BS))
+        .await
+        .unwrap()
+}
+
+async fn read(dev: &Arc<dyn BlockDevice>, lba: u64, blocks: u64) -> std::io::Result<Vec<u8>> {
+    let dev = dev.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut v = vec![0u8; (blocks * BS) as usize];
+        dev.read_at(&mut v, lba * BS).map(|()| v)
+    })
+    .await
+    .unwrap()
+}
+
+async fn flush(dev: &Arc<dyn BlockDevice>) -> std::io::Result<()> {
+    let dev = dev.clone();
+    tokio::task::spawn_blocking(move || dev.flush())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_one_node_are_on_both_disks_and_readable_on_the_other() {
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    let mut written = Vec::new();
+    for i in 0..32u64 {
+        let (lba, blocks) = ((i * 61) % (BLOCKS - 16), 1 + i % 16);
+        let data = pattern(i, (blocks * BS) as usize);
+        write(&a.dev, lba, data.clone()).await.unwrap();
+        written.push((lba, data));
+    }
+    flush(&a.dev).await.unwrap();
+    let mut expect = vec![0u8; (BLOCKS * BS) as usize];
+    for (lba, data) in &written {
+        let at = (lba * BS) as usize;
+        expect[at..at + data.len()].copy_from_slice(data);
+    }
+    let [d0, d1] = pair.local_images();
+    assert!(d0 == expect, "node 0's disk lacks acknowledged writes");
+    assert!(d1 == expect, "node 1's disk lacks acknowledged writes");
+    for (lba, data) in &written {
+        let got = read(&b.dev, *lba, data.len() as u64 / BS).await.unwrap();
+        assert!(&got == data, "read on node 1 at {lba} differs");
+    }
+    a.lun.shutdown().await;
+    b.lun.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer() {
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    for i in 0..16u64 {
+        write(&a.dev, i * 8, pattern(i, (8 * BS) as usize))
+            .await
+            .unwrap();
+    }
+    // Node 1 goes away; a write right after must be acknowledged once node 0 won the epoch.
+    b.lun.shutdown().await;
+    let t = Instant::now();
+    write(&a.dev, 500, pattern(1000, BS as usize))
+        .await
+        .unwrap();
+    let gap = t.elapsed();
+    let s = a.lun.status();
+    assert_eq!((s.state, s.epoch), ("Alone", 1), "{s:?}");
+    assert!(gap < Duration::from_secs(2), "failover took {gap:?}");
+    println!("failover: first write acknowledged alone after {gap:?}");
+    // Writing alone: 100 random 4 KiB blocks.
+    let mut alone_blocks = 1u64;
+    for i in 0..100u64 {
+        let lba = (i * 7919) % BLOCKS;
+        write(&a.dev, lba, pattern(2000 + i, BS as usize))
+            .await
+            .unwrap();
+        alone_blocks += 1;
+    }
+    // One region per block: the distinct blocks written alone are exactly the dirty regions.
+    let mut distinct: Vec<u64> = (0..100u64).map(|i| (i * 7919) % BLOCKS).collect();
+    distinct.push(500);
+    distinct.sort_unstable();
+    distinct.dedup();
+    let dirty = distinct.len() as u64;
+    wait_status(&a, "dirty tracking", |s| s.dirty_regions == dirty).await;
+    // Node 1 comes back on its own files: it is resynced and serves again.
+    let b = pair.start(1);
+    paired([&a, &b]).await;
+    let resync = a.lun.status().stats.resync_blocks;
+    println!(
+        "resync: {resync} blocks copied for {alone_blocks} blocks written alone ({dirty} distinct)"
+    );
+    // Node 1 stopped as if it crashed: the activity-log extent its last writes touched (blocks
+    // 0..1024, one extent) is resynced as well as what node 0 wrote alone.
+    let al_extent = replication::Config::new(0, 0, BLOCKS).al_extent_blocks;
+    assert!(
+        resync >= dirty && resync <= dirty + al_extent,
+        "resync {resync} blocks, dirty {dirty}"
+    );
+    flush(&a.dev).await.unwrap();
+    let [d0, d1] = pair.local_images();
+    assert_eq!(checksum(&d0), checksum(&d1), "disks differ after resync");
+    assert!(d0 == d1);
+    // And node 1 serves the data written while it was away.
+    let got = read(&b.dev, 500, 1).await.unwrap();
+    assert!(got == pattern(1000, BS as usize));
+    a.lun.shutdown().await;
+    b.lun.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_overlapping_writes_on_both_nodes_leave_equal_disks() {
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    let mut tasks = Vec::new();
+    for (n, dev) in [a.dev.clone(), b.dev.clone()].into_iter().enumerate() {
+        for t in 0..4u64 {
+            let dev = dev.clone();
+            tasks.push(tokio::task::spawn_blocking(move || {
+                for i in 0..150u64 {
+                    let seed = (n as u64) << 32 | t << 16 | i;
+                    let blocks = 1 + seed % 5;
+                    let lba = (seed.wrapping_mul(2654435761) >> 7) % (64 - blocks);
+                    dev.write_at(&pattern(seed, (blocks * BS) as usize), lba * BS)?;
+                }
+                Ok::<_, std::io::Error>(())
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    flush(&a.dev).await.unwrap();
+    flush(&b.dev).await.unwrap();
+    let [d0, d1] = pair.local_images();
+    assert!(d0[..64 * BS as usize] != vec![0u8; 64 * BS as usize][..]);
+    assert_eq!(checksum(&d0), checksum(&d1), "disks differ");
+    assert!(d0 == d1);
+    a.lun.shutdown().await;
+    b.lun.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_etcd_a_pair_keeps_serving_and_a_lone_node_acknowledges_nothing() {
+    let mut pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    pair.etcd.kill();
+    for i in 0..20u64 {
+        write(&a.dev, i, pattern(i, BS as usize)).await.unwrap();
+        write(&b.dev, 100 + i, pattern(100 + i, BS as usize))
+            .await
+            .unwrap();
+    }
+    assert_eq!(a.lun.status().state, "Paired");
+    // Peer and etcd gone: node 0 may not acknowledge alone.
+    b.lun.shutdown().await;
+    let dev = a.dev.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(dev.write_at(&pattern(7777, BS as usize), 300 * BS));
+    });
+    let waited = tokio::task::spawn_blocking(move || {
+        let r = rx.recv_timeout(Duration::from_secs(3));
+        (r, rx)
+    })
+    .await
+    .unwrap();
+    let (first, rx) = waited;
+    let held = first.is_err();
+    if let Ok(Ok(())) = first {
+        panic!("a write was acknowledged without peer and without etcd");
+    }
+    let s = a.lun.status();
+    assert!(s.state == "Suspended" && s.epoch == 0, "{s:?}");
+    // etcd returns: node 0 wins, and a held write completes.
+    pair.etcd.restart();
+    wait_status(&a, "winning once etcd is back", |s| s.state == "Alone").await;
+    if held {
+        let r = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert!(matches!(r, Ok(Ok(()))), "held write: {r:?}");
+    }
+    write(&a.dev, 301, pattern(7778, BS as usize))
+        .await
+        .unwrap();
+    a.lun.shutdown().await;
+}
