@@ -9,6 +9,7 @@ mod exec;
 mod limits;
 mod listen;
 mod login_phase;
+mod pair;
 mod pool;
 mod portals;
 pub mod reload;
@@ -201,9 +202,14 @@ impl ServerHandle {
         }
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {
-                if let Err(e) = lu.config().device.flush() {
+                let device = lu.config().device.clone();
+                let flushed = tokio::task::spawn_blocking(move || device.flush()).await;
+                if let Ok(Err(e)) = flushed {
                     error!(target = %t.name, lun, "flush at shutdown failed: {e}");
                 }
+            }
+            for (_, pair) in &t.pairs {
+                pair.shutdown().await;
             }
         }
     }

@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Whether one initiator may open several sessions (one per path) [default: true].
     #[arg(long, value_name = "BOOL")]
     allow_multiple_sessions: Option<bool>,
+    /// With a [cluster] section: which node of the HA pair this server is (overrides
+    /// `[cluster] node`, so one file serves both nodes).
+    #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u8).range(1..=2))]
+    node: Option<u8>,
 }
 
 fn parse_portal_arg(text: &str) -> Result<SocketAddr, String> {
@@ -63,6 +67,7 @@ impl ServeArgs {
             metrics: self.metrics,
             data_dir: self.data_dir,
             allow_multiple_sessions: self.allow_multiple_sessions,
+            node: self.node,
         }
     }
 }

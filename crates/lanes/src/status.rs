@@ -287,6 +287,44 @@ pub fn render(value: &Value) -> String {
         ],
         &connection_rows,
     );
+    if let Some(pairs) = value.get("pairs").and_then(Value::as_array) {
+        let rows: Vec<Vec<String>> = pairs
+            .iter()
+            .map(|p| {
+                [
+                    "target",
+                    "lun",
+                    "node",
+                    "role",
+                    "epoch",
+                    "peer_connected",
+                    "alua",
+                    "resync_remaining",
+                    "dirty_regions",
+                    "resync_blocks",
+                ]
+                .iter()
+                .map(|k| field(p, k))
+                .collect()
+            })
+            .collect();
+        out += &format!("\nHA pair ({} LUNs)\n", rows.len());
+        out += &table(
+            &[
+                "TARGET",
+                "LUN",
+                "NODE",
+                "ROLE",
+                "EPOCH",
+                "PEER",
+                "ALUA",
+                "RESYNC LEFT",
+                "DIRTY",
+                "RESYNCED BLOCKS",
+            ],
+            &rows,
+        );
+    }
     out
 }
 
