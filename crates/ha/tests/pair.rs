@@ -323,3 +323,38 @@ async fn without_etcd_a_pair_keeps_serving_and_a_lone_node_acknowledges_nothing(
         .unwrap();
     a.lun.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_node_with_a_new_disk_is_copied_in_full() {
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    for i in 0..8u64 {
+        write(&a.dev, i * 100, pattern(i, (4 * BS) as usize))
+            .await
+            .unwrap();
+    }
+    b.lun.shutdown().await;
+    write(&a.dev, 1500, pattern(99, BS as usize)).await.unwrap();
+    assert_eq!(a.lun.status().state, "Alone");
+    // Node 1's machine is replaced: a new disk holding garbage, no metadata journal.
+    std::fs::remove_file(pair.dir.join("meta1")).unwrap();
+    let garbage = pattern(12345, (BLOCKS * BS) as usize);
+    pair.disks[1].write_at(&garbage, 0).unwrap();
+    let mut cfg = pair.config(1);
+    cfg.replacement = true;
+    let lun = ReplicatedLun::start(cfg, pair.disks[1].clone()).unwrap();
+    let b = Node {
+        dev: lun.device(),
+        lun,
+    };
+    paired([&a, &b]).await;
+    let s = a.lun.status();
+    assert!(s.stats.full_resyncs >= 1, "{s:?}");
+    assert!(s.stats.resync_blocks >= BLOCKS, "{s:?}");
+    flush(&a.dev).await.unwrap();
+    let [d0, d1] = pair.local_images();
+    assert!(d0 == d1, "the replacement differs from the survivor");
+    a.lun.shutdown().await;
+    b.lun.shutdown().await;
+}

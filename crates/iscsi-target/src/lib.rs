@@ -203,9 +203,19 @@ impl ServerHandle {
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {
                 let device = lu.config().device.clone();
-                let flushed = tokio::task::spawn_blocking(move || device.flush()).await;
-                if let Ok(Err(e)) = flushed {
-                    error!(target = %t.name, lun, "flush at shutdown failed: {e}");
+                // A replicated LUN without its peer and its witness holds a flush until one
+                // returns: shutting down does not wait for that forever.
+                let flushed = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    tokio::task::spawn_blocking(move || device.flush()),
+                )
+                .await;
+                match flushed {
+                    Ok(Ok(Err(e))) => {
+                        error!(target = %t.name, lun, "flush at shutdown failed: {e}")
+                    }
+                    Err(_) => error!(target = %t.name, lun, "flush at shutdown did not finish"),
+                    _ => {}
                 }
             }
             for (_, pair) in &t.pairs {

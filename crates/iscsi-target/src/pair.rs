@@ -53,7 +53,7 @@ pub fn pair_config(cluster: &ClusterConfig, lun: &LunConfig, size: u64) -> PairC
             timeout: Duration::from_secs(1),
         },
         meta_path: meta_path(lun),
-        replacement: false,
+        replacement: cluster.replacement,
         core,
     }
 }

@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// `[cluster] node`, so one file serves both nodes).
     #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u8).range(1..=2))]
     node: Option<u8>,
+    /// With a [cluster] section: this node's disks are new (a replaced machine). A LUN that
+    /// has no replication metadata yet starts outdated and is copied in full from the peer,
+    /// never pairs on a partial resync. Harmless once the metadata exists.
+    #[arg(long)]
+    replacement: bool,
 }
 
 fn parse_portal_arg(text: &str) -> Result<SocketAddr, String> {
@@ -68,6 +73,7 @@ impl ServeArgs {
             data_dir: self.data_dir,
             allow_multiple_sessions: self.allow_multiple_sessions,
             node: self.node,
+            replacement: self.replacement,
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct CliOverrides {
     pub allow_multiple_sessions: Option<bool>,
     /// `--node`: which node of a `[cluster]` pair this server is (1 or 2).
     pub node: Option<u8>,
+    /// `--replacement`: this node of a `[cluster]` pair has new disks (see
+    /// [`super::ClusterConfig::replacement`]).
+    pub replacement: bool,
 }
 
 /// A `--lun PATH[,size=SIZE][,block-size=512|4096]` value.
@@ -189,6 +192,17 @@ pub(crate) fn build(cli: &CliOverrides) -> Result<ServeConfig, ConfigError> {
             ));
         }
         super::cluster::select_node(&mut config, node);
+    }
+    if cli.replacement {
+        match config.cluster.as_mut() {
+            Some(c) => c.replacement = true,
+            None => {
+                return Err(ConfigError::cli(
+                    "--replacement",
+                    "needs a --config file with a [cluster] section",
+                ))
+            }
+        }
     }
     if let Some(addr) = cli.metrics {
         config.metrics_addr = Some(addr);

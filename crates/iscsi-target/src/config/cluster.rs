@@ -58,6 +58,9 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// Every portal group of both nodes, with its node.
     pub groups: Vec<(u8, PortalGroupConfig)>,
+    /// `lanes serve --replacement`: this node's disks are new (a replaced machine): a LUN
+    /// without a metadata journal starts outdated and is copied in full from the peer.
+    pub replacement: bool,
 }
 
 impl ClusterConfig {
@@ -192,6 +195,7 @@ pub(super) fn resolve(
         node2,
         heartbeat,
         groups: Vec::new(),
+        replacement: false,
     })
 }
 
