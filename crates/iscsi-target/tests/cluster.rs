@@ -104,6 +104,13 @@ fn one_file_serves_both_nodes_with_the_same_lun_identity() {
         lun(&one).effective_serial(TARGET),
         lun(&two).effective_serial(TARGET)
     );
+    // `lanes config show` writes both nodes' groups and the pair back; it parses to the same.
+    for c in [&one, &two] {
+        let back =
+            ServeConfig::from_toml_str(&c.to_toml(), std::path::Path::new("/shown/lanes.toml"))
+                .unwrap_or_else(|e| panic!("{e}\n{}", c.to_toml()));
+        assert_eq!(&back, c);
+    }
     // Without a node anywhere, the file is refused, naming the key.
     let e = from_file(&text, None).unwrap_err();
     assert!(e.contains("cluster.node"), "{e}");
