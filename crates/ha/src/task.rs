@@ -20,6 +20,20 @@ use crate::PairStatus;
 
 pub(crate) type Reply = SyncSender<Result<(), HostError>>;
 
+/// Longest a read waits for the replica to be allowed to serve it.
+const READ_HOLD: Nanos = 30_000_000_000;
+
+/// States in which a read not allowed now may become allowed without a resync: paired or
+/// sync source (the next heartbeat acknowledgement renews the lease), or suspended while
+/// serving (the race decides).
+fn may_serve_soon(state: &replication::State) -> bool {
+    use replication::State;
+    matches!(
+        state,
+        State::Paired { .. } | State::ResyncSource { .. } | State::Suspended { serving: true, .. }
+    )
+}
+
 /// Inputs from outside the core task (host side and local completions).
 pub(crate) enum Input {
     Write {
@@ -196,11 +210,13 @@ impl Driver {
             Input::ReadCheck { reply } => {
                 if r.read_allowed(now) {
                     let _ = reply.try_send(true);
+                } else if may_serve_soon(r.state()) {
+                    // Paired without a running lease yet (a heartbeat late), or suspended
+                    // after losing the peer: held, as writes are, until the lease or the race
+                    // decides (bounded, so a stuck pair cannot hold a thread forever).
+                    self.read_waiters.push((now + READ_HOLD, reply));
                 } else {
-                    // Paired without a running lease yet (or a heartbeat late): the next
-                    // heartbeat acknowledgement may grant it.
-                    let until = now + r.config().failure_timeout();
-                    self.read_waiters.push((until, reply));
+                    let _ = reply.try_send(false);
                 }
             }
             Input::Applied(t) => {
@@ -397,8 +413,9 @@ impl Driver {
         }
         let now = self.now();
         let allowed = self.replica.read_allowed(now);
+        let hopeless = !may_serve_soon(self.replica.state());
         self.read_waiters.retain(|(until, reply)| {
-            if allowed || now >= *until {
+            if allowed || hopeless || now >= *until {
                 let _ = reply.try_send(allowed);
                 false
             } else {

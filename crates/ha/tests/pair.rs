@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -176,5 +178,73 @@ async fn without_etcd_a_pair_keeps_serving_and_a_lone_node_acknowledges_nothing(
     write(&a.dev, 301, pattern(7778, BS as usize))
         .await
         .unwrap();
+    a.lun.shutdown().await;
+}
+
+/// Completed writes so far, and a bounded wait for `n` more.
+async fn wait_count(count: &AtomicU64, n: u64, what: &str) {
+    let target = count.load(Ordering::Relaxed) + n;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while count.load(Ordering::Relaxed) < target {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: too few writes completed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_a_busy_peer_leaves_no_write_stuck_on_the_survivor() {
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    // Writers on both nodes over the same 64 blocks; node 1 stops in the middle of it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_a = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for (n, dev) in [a.dev.clone(), b.dev.clone()].into_iter().enumerate() {
+        for t in 0..4u64 {
+            let (dev, stop, on_a) = (dev.clone(), stop.clone(), on_a.clone());
+            writers.push(tokio::task::spawn_blocking(move || {
+                let mut i = 0u64;
+                let mut worst = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) && i < 1_000_000 {
+                    i += 1;
+                    let seed = (n as u64) << 40 | t << 32 | i;
+                    let lba = seed.wrapping_mul(2654435761) % 60;
+                    let start = Instant::now();
+                    let r = dev.write_at(&pattern(seed, (4 * BS) as usize), lba * BS);
+                    worst = worst.max(start.elapsed());
+                    if n == 1 && r.is_err() {
+                        break; // node 1 stopped under it
+                    }
+                    r.unwrap_or_else(|e| panic!("node 0 write failed: {e}"));
+                    if n == 0 {
+                        on_a.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                (n, i, worst)
+            }));
+        }
+    }
+    wait_count(&on_a, 500, "paired").await;
+    b.lun.shutdown().await;
+    wait_status(&a, "going on alone", |s| s.state == "Alone").await;
+    wait_count(&on_a, 2000, "alone").await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        let (n, i, worst) = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a writer is stuck")
+            .unwrap();
+        println!("node {n} writer: {i} writes, slowest {worst:?}");
+        if n == 0 {
+            assert!(
+                worst < Duration::from_secs(3),
+                "a write on node 0 took {worst:?}"
+            );
+        }
+    }
     a.lun.shutdown().await;
 }
