@@ -248,3 +248,49 @@ async fn losing_a_busy_peer_leaves_no_write_stuck_on_the_survivor() {
     }
     a.lun.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_replication_port_costs_at_most_a_reconnect() {
+    use tokio::io::AsyncWriteExt as _;
+    let pair = Pair::new();
+    let (a, b) = (pair.start(0), pair.start(1));
+    paired([&a, &b]).await;
+    // Node 1 accepts the peer link. Junk without a preamble, a preamble naming the wrong
+    // node, and a well-formed session (as node 0) that then sends corrupt frames.
+    let listen = pair.listen[1];
+    let mut junk = tokio::net::TcpStream::connect(listen).await.unwrap();
+    junk.write_all(&[0xff; 4096]).await.unwrap();
+    let mut wrong = tokio::net::TcpStream::connect(listen).await.unwrap();
+    wrong
+        .write_all(b"LNHA\x01\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut forged = Vec::new();
+    for channel in [0u8, 1] {
+        let mut s = tokio::net::TcpStream::connect(listen).await.unwrap();
+        let mut pre = b"LNHA\x00\x00\x00\x00\x07\x07\x07\x07\x07\x07\x07\x07".to_vec();
+        pre[5] = channel;
+        s.write_all(&pre).await.unwrap();
+        forged.push(s);
+    }
+    for s in &mut forged {
+        // A frame header claiming 1 MiB, then a wrong checksum.
+        let mut frame = (1u32 << 20).to_le_bytes().to_vec();
+        frame.extend(std::iter::repeat_n(0xA5, 1 << 20));
+        let _ = s.write_all(&frame).await;
+    }
+    drop(forged);
+    // The forged session displaced the real one (node 1 lost its peer), then broke on its
+    // first frame; the pair comes back and replicates.
+    wait_status(&b, "the forged session", |s| s.stats.peer_lost >= 1).await;
+    paired([&a, &b]).await;
+    let data = pattern(77, (8 * BS) as usize);
+    write(&a.dev, 40, data.clone()).await.unwrap();
+    flush(&a.dev).await.unwrap();
+    let [d0, d1] = pair.local_images();
+    let at = (40 * BS) as usize;
+    assert!(d0[at..at + data.len()] == data[..] && d0 == d1);
+    drop((junk, wrong));
+    a.lun.shutdown().await;
+    b.lun.shutdown().await;
+}
