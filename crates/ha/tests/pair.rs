@@ -96,6 +96,18 @@ async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer
     // And node 1 serves the data written while it was away.
     let got = read(&b.dev, 500, 1).await.unwrap();
     assert!(got == pattern(1000, BS as usize));
+    // The sync source cleared the marks in etcd: either node may win a later race.
+    let witness = lanes_witness::Witness::new(pair.config(1).witness);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = witness.read().await.unwrap().record;
+        if r.holder.is_none() && r.outdated.is_none() {
+            assert_eq!(r.epoch, 1);
+            break;
+        }
+        assert!(Instant::now() < deadline, "marks never cleared: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     a.lun.shutdown().await;
     b.lun.shutdown().await;
 }
