@@ -16,6 +16,7 @@
 mod acl;
 mod chap;
 mod cli;
+pub mod cluster;
 mod error;
 pub mod file;
 mod identity;
@@ -31,6 +32,7 @@ use std::time::Duration;
 pub use acl::{AclRule, IpNetwork};
 pub use chap::{ChapAlgorithm, ChapConfig, Secret};
 pub use cli::{default_target_name, parse_portal, CliOverrides, LunSpec};
+pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub use identity::{default_serial, naa_id, wwid_string, NAA_COMPANY_ID};
 pub use limits::{defaults as limit_defaults, LimitsConfig, MAX_COMMANDS_PER_SESSION};
@@ -69,6 +71,9 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
     /// Bounds on what peers can make the server hold (`[limits]`).
     pub limits: LimitsConfig,
+    /// `[cluster]`: this server is one node of an HA pair; `portal_groups` are then this
+    /// node's own groups (the peer's are in [`ClusterConfig::groups`]).
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// A target portal group: a set of portals sharing one TPGT, which is also the ALUA target port

@@ -9,6 +9,7 @@ mod exec;
 mod limits;
 mod listen;
 mod login_phase;
+mod pair;
 mod pool;
 mod portals;
 pub mod reload;
@@ -201,9 +202,24 @@ impl ServerHandle {
         }
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {
-                if let Err(e) = lu.config().device.flush() {
-                    error!(target = %t.name, lun, "flush at shutdown failed: {e}");
+                let device = lu.config().device.clone();
+                // A replicated LUN without its peer and its witness holds a flush until one
+                // returns: shutting down does not wait for that forever.
+                let flushed = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    tokio::task::spawn_blocking(move || device.flush()),
+                )
+                .await;
+                match flushed {
+                    Ok(Ok(Err(e))) => {
+                        error!(target = %t.name, lun, "flush at shutdown failed: {e}")
+                    }
+                    Err(_) => error!(target = %t.name, lun, "flush at shutdown did not finish"),
+                    _ => {}
                 }
+            }
+            for (_, pair) in &t.pairs {
+                pair.shutdown().await;
             }
         }
     }

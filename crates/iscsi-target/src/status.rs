@@ -37,9 +37,31 @@ struct SessionView {
     connections: Vec<ConnectionView>,
 }
 
+/// One replicated LUN of an HA pair (`[cluster]`).
+#[derive(Serialize)]
+struct PairView {
+    target: String,
+    lun: u64,
+    /// This node, 1 or 2.
+    node: u8,
+    /// The replica's state: Paired, Alone, Suspended, Outdated, ResyncSource, ResyncTarget.
+    role: &'static str,
+    epoch: u64,
+    peer_connected: bool,
+    alua: &'static str,
+    resync_remaining: u64,
+    dirty_regions: u64,
+    resync_blocks: u64,
+    peer_lost: u64,
+    refused: u64,
+}
+
 #[derive(Serialize)]
 struct StatusView {
     sessions: Vec<SessionView>,
+    /// With `[cluster]`: the pair state of every LUN.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pairs: Vec<PairView>,
     /// Accepted connections open now, those still logging in included.
     open_connections: usize,
     /// Hits of each `[limits]` bound since start.
@@ -57,7 +79,36 @@ fn digest(on: bool) -> &'static str {
 fn snapshot(server: &Server) -> StatusView {
     let mut sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
     sessions.sort_by_key(|s| s.nexus.id);
+    let node = server.config().cluster.as_ref().map_or(0, |c| c.node);
+    let pairs = server
+        .targets
+        .iter()
+        .flat_map(|t| {
+            t.pairs
+                .iter()
+                .map(move |(lun, p)| (t.name.clone(), *lun, p.status()))
+        })
+        .map(|(target, lun, s)| PairView {
+            target,
+            lun,
+            node,
+            role: s.state,
+            epoch: s.epoch,
+            peer_connected: s.peer_connected,
+            alua: match s.alua {
+                replication::Alua::ActiveOptimized => "active-optimized",
+                replication::Alua::Transitioning => "transitioning",
+                replication::Alua::Unavailable => "unavailable",
+            },
+            resync_remaining: s.resync_remaining,
+            dirty_regions: s.dirty_regions,
+            resync_blocks: s.stats.resync_blocks,
+            peer_lost: s.stats.peer_lost,
+            refused: s.stats.refused,
+        })
+        .collect();
     StatusView {
+        pairs,
         open_connections: server.limits.open_connections(),
         limit_hits: server
             .limits

@@ -33,6 +33,8 @@ pub struct TargetRuntime {
     config: RwLock<Arc<TargetConfig>>,
     pub luns: LunTable,
     pub tpgs: Arc<scsi::TargetPortGroups>,
+    /// With `[cluster]`: each LUN's replicated LUN (fixed for the server's life).
+    pub pairs: Vec<(u64, Arc<lanes_ha::ReplicatedLun>)>,
 }
 
 /// The LUN map of a target. Connections keep a [`LunView`] and compare one generation
@@ -116,6 +118,13 @@ pub enum BuildError {
         #[source]
         source: lanes_rbd::Error,
     },
+    #[error("target {target} LUN {lun}: starting its replication")]
+    Pair {
+        target: String,
+        lun: u64,
+        #[source]
+        source: lanes_ha::Error,
+    },
     #[error("target {target} LUN {lun}")]
     Lun {
         target: String,
@@ -136,22 +145,33 @@ pub fn build_lu(
     lun: &LunConfig,
     tpgs: &Arc<scsi::TargetPortGroups>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
-    let device_error = |source| BuildError::Device {
-        path: lun.path.display().to_string(),
-        source,
-    };
-    let file: Arc<dyn blockstore::BlockDevice> = match &lun.rbd {
-        Some(source) => {
-            Arc::new(
-                lanes_rbd::RbdDevice::open(source).map_err(|e| BuildError::Rbd {
-                    image: source.spec(),
-                    source: e,
-                })?,
-            )
-        }
-        None => Arc::new(blockstore::FileDevice::open(&lun.path, lun.size).map_err(device_error)?),
-    };
-    let device: Arc<dyn blockstore::BlockDevice> = if lun.volatile_cache {
+    let device = open_device(target_name, lun)?;
+    lu_over(target_name, lun, tpgs, device)
+}
+
+/// A LUN's backing device: the file or the RBD image, under a volatile cache when configured.
+fn open_device(
+    target_name: &str,
+    lun: &LunConfig,
+) -> Result<Arc<dyn blockstore::BlockDevice>, BuildError> {
+    let file: Arc<dyn blockstore::BlockDevice> =
+        match &lun.rbd {
+            Some(source) => {
+                Arc::new(
+                    lanes_rbd::RbdDevice::open(source).map_err(|e| BuildError::Rbd {
+                        image: source.spec(),
+                        source: e,
+                    })?,
+                )
+            }
+            None => Arc::new(blockstore::FileDevice::open(&lun.path, lun.size).map_err(
+                |source| BuildError::Device {
+                    path: lun.path.display().to_string(),
+                    source,
+                },
+            )?),
+        };
+    Ok(if lun.volatile_cache {
         tracing::warn!(
             "{target_name} LUN {}: volatile-cache is on (a test harness): writes stay in memory \
              until a flush, and kill -9 loses them",
@@ -160,7 +180,16 @@ pub fn build_lu(
         Arc::new(blockstore::VolatileDevice::new(file))
     } else {
         file
-    };
+    })
+}
+
+/// The logical unit of `lun` over `device`.
+fn lu_over(
+    target_name: &str,
+    lun: &LunConfig,
+    tpgs: &Arc<scsi::TargetPortGroups>,
+    device: Arc<dyn blockstore::BlockDevice>,
+) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
     let lu_config = scsi::LunConfig {
@@ -191,26 +220,60 @@ impl TargetRuntime {
     /// Opens every LUN's backing file and builds the ALUA port groups. One target port group per
     /// portal group, whose relative target port id equals its tag.
     pub fn build(serve: &ServeConfig, config: &TargetConfig) -> Result<Self, BuildError> {
+        let on_target =
+            |tag: u16| config.portal_groups.is_empty() || config.portal_groups.contains(&tag);
         let groups: Vec<&config::PortalGroupConfig> = serve
             .portal_groups
             .iter()
-            .filter(|g| config.portal_groups.is_empty() || config.portal_groups.contains(&g.tag))
+            .filter(|g| on_target(g.tag))
+            .collect();
+        // With [cluster], REPORT TARGET PORT GROUPS lists the peer's groups too.
+        let peer_groups: Vec<&config::PortalGroupConfig> = serve
+            .cluster
+            .iter()
+            .flat_map(|c| c.peer_groups())
+            .filter(|g| on_target(g.tag))
             .collect();
         let tpgs = Arc::new(scsi::TargetPortGroups::new(
-            groups.iter().map(|g| (g.tag, vec![g.tag])),
+            groups
+                .iter()
+                .chain(&peer_groups)
+                .map(|g| (g.tag, vec![g.tag])),
         ));
         for g in &groups {
             tpgs.set_state(g.tag, alua_state(g.alua_state));
         }
         let mut units = Vec::new();
+        let mut pairs = Vec::new();
         for lun in &config.luns {
-            units.push((lun.lun, build_lu(&config.name, lun, &tpgs)?));
+            let mut device = open_device(&config.name, lun)?;
+            if let Some(cluster) = &serve.cluster {
+                let pair = crate::pair::start(cluster, lun, device).map_err(|source| {
+                    BuildError::Pair {
+                        target: config.name.clone(),
+                        lun: lun.lun,
+                        source,
+                    }
+                })?;
+                device = pair.device();
+                pairs.push((lun.lun, pair));
+            }
+            units.push((lun.lun, lu_over(&config.name, lun, &tpgs, device)?));
+        }
+        if !pairs.is_empty() {
+            crate::pair::follow_alua(
+                pairs.iter().map(|(_, p)| p.clone()).collect(),
+                tpgs.clone(),
+                groups.iter().map(|g| g.tag).collect(),
+                peer_groups.iter().map(|g| g.tag).collect(),
+            );
         }
         Ok(TargetRuntime {
             name: config.name.clone(),
             config: RwLock::new(Arc::new(config.clone())),
             luns: LunTable::new(scsi::LunMap::new(units)),
             tpgs,
+            pairs,
         })
     }
 

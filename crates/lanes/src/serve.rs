@@ -43,6 +43,15 @@ pub struct ServeArgs {
     /// Whether one initiator may open several sessions (one per path) [default: true].
     #[arg(long, value_name = "BOOL")]
     allow_multiple_sessions: Option<bool>,
+    /// With a [cluster] section: which node of the HA pair this server is (overrides
+    /// `[cluster] node`, so one file serves both nodes).
+    #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u8).range(1..=2))]
+    node: Option<u8>,
+    /// With a [cluster] section: this node's disks are new (a replaced machine). A LUN that
+    /// has no replication metadata yet starts outdated and is copied in full from the peer,
+    /// never pairs on a partial resync. Harmless once the metadata exists.
+    #[arg(long)]
+    replacement: bool,
 }
 
 fn parse_portal_arg(text: &str) -> Result<SocketAddr, String> {
@@ -63,6 +72,8 @@ impl ServeArgs {
             metrics: self.metrics,
             data_dir: self.data_dir,
             allow_multiple_sessions: self.allow_multiple_sessions,
+            node: self.node,
+            replacement: self.replacement,
         }
     }
 }

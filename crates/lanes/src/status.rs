@@ -287,6 +287,44 @@ pub fn render(value: &Value) -> String {
         ],
         &connection_rows,
     );
+    if let Some(pairs) = value.get("pairs").and_then(Value::as_array) {
+        let rows: Vec<Vec<String>> = pairs
+            .iter()
+            .map(|p| {
+                [
+                    "target",
+                    "lun",
+                    "node",
+                    "role",
+                    "epoch",
+                    "peer_connected",
+                    "alua",
+                    "resync_remaining",
+                    "dirty_regions",
+                    "resync_blocks",
+                ]
+                .iter()
+                .map(|k| field(p, k))
+                .collect()
+            })
+            .collect();
+        out += &format!("\nHA pair ({} LUNs)\n", rows.len());
+        out += &table(
+            &[
+                "TARGET",
+                "LUN",
+                "NODE",
+                "ROLE",
+                "EPOCH",
+                "PEER",
+                "ALUA",
+                "RESYNC LEFT",
+                "DIRTY",
+                "RESYNCED BLOCKS",
+            ],
+            &rows,
+        );
+    }
     out
 }
 
@@ -354,5 +392,34 @@ mod tests {
     fn renders_nothing_running() {
         let text = render(&serde_json::json!({"sessions": []}));
         assert!(text.contains("Sessions (0)") && text.contains("Connections (0)"));
+    }
+
+    #[test]
+    fn renders_the_pair_of_each_replicated_lun() {
+        let text = render(&serde_json::json!({"sessions": [], "pairs": [{
+            "target": "iqn.2026-11.io.lanes:pair", "lun": 0, "node": 2, "role": "ResyncSource",
+            "epoch": 3, "peer_connected": true, "alua": "active-optimized",
+            "resync_remaining": 1234, "dirty_regions": 1300, "resync_blocks": 66
+        }]}));
+        assert!(text.contains("HA pair (1 LUNs)"), "{text}");
+        let row = text.lines().last().unwrap_or_default();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "iqn.2026-11.io.lanes:pair",
+                "0",
+                "2",
+                "ResyncSource",
+                "3",
+                "true",
+                "active-optimized",
+                "1234",
+                "1300",
+                "66"
+            ]
+        );
+        let plain = render(&serde_json::json!({"sessions": []}));
+        assert!(!plain.contains("HA pair"));
     }
 }

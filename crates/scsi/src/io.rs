@@ -78,7 +78,10 @@ impl LogicalUnit {
     /// Flushes when the cache is off or the command asked for FUA.
     fn complete_write(&self, fua: bool) -> Result<(), Sense> {
         if fua || !self.wce.load(Ordering::Relaxed) {
-            self.cfg.device.flush().map_err(|_| Sense::write_error())?;
+            self.cfg
+                .device
+                .flush()
+                .map_err(|e| Sense::device(&e, Sense::write_error()))?;
         }
         Ok(())
     }
@@ -102,7 +105,7 @@ impl LogicalUnit {
                 out.truncate(start);
                 Ok(false)
             }
-            Err(_) => Err(Sense::read_error()),
+            Err(e) => Err(Sense::device(&e, Sense::read_error())),
         }
     }
 
@@ -146,7 +149,7 @@ impl LogicalUnit {
         self.cfg
             .device
             .write_vectored_at(&bufs, offset)
-            .map_err(|_| Sense::write_error())?;
+            .map_err(|e| Sense::device(&e, Sense::write_error()))?;
         drop(guard);
         self.complete_write(r.fua)?;
         Ok(true)
@@ -188,7 +191,7 @@ impl LogicalUnit {
         self.cfg
             .device
             .read_at(&mut have, r.lba * self.bs())
-            .map_err(|_| Sense::read_error())?;
+            .map_err(|e| Sense::device(&e, Sense::read_error()))?;
         if let Some(i) = have.iter().zip(&expect).position(|(a, b)| a != b) {
             return Err(Sense::miscompare(i as u64));
         }
@@ -234,7 +237,7 @@ impl LogicalUnit {
             self.cfg
                 .device
                 .punch_hole(offset, len)
-                .map_err(|_| Sense::write_error())?;
+                .map_err(|e| Sense::device(&e, Sense::write_error()))?;
         } else {
             let per = (1usize << 20) / bs;
             let chunk: Vec<u8> = block.iter().copied().cycle().take(per * bs).collect();
@@ -244,7 +247,7 @@ impl LogicalUnit {
                 self.cfg
                     .device
                     .write_at(chunk.get(..n).unwrap_or_default(), offset + at)
-                    .map_err(|_| Sense::write_error())?;
+                    .map_err(|e| Sense::device(&e, Sense::write_error()))?;
                 at += n as u64;
             }
         }
@@ -310,7 +313,7 @@ impl LogicalUnit {
             self.cfg
                 .device
                 .punch_hole(lba * self.bs(), n * self.bs())
-                .map_err(|_| Sense::write_error())?;
+                .map_err(|e| Sense::device(&e, Sense::write_error()))?;
         }
         Ok(())
     }
@@ -359,14 +362,14 @@ impl LogicalUnit {
         self.cfg
             .device
             .read_at(&mut have, r.lba * self.bs())
-            .map_err(|_| Sense::read_error())?;
+            .map_err(|e| Sense::device(&e, Sense::read_error()))?;
         if let Some(i) = have.iter().zip(verify).position(|(a, b)| a != b) {
             return Err(Sense::miscompare(i as u64));
         }
         self.cfg
             .device
             .write_at(write, r.lba * self.bs())
-            .map_err(|_| Sense::write_error())?;
+            .map_err(|e| Sense::device(&e, Sense::write_error()))?;
         drop(_guard);
         self.complete_write(r.fua)
     }
@@ -388,7 +391,7 @@ impl LogicalUnit {
             .cfg
             .device
             .allocation_map(lba * bs, span * bs)
-            .map_err(|_| Sense::read_error())?;
+            .map_err(|e| Sense::device(&e, Sense::read_error()))?;
         let mut descs: Vec<(u64, u64, u8)> = Vec::new();
         let mut push = |start: u64, end: u64, st: u8| {
             let start = start.max(descs.last().map_or(0, |l| l.0 + l.1));

@@ -362,7 +362,10 @@ impl LogicalUnit {
             Command::PreFetch { lba, blocks } => self.check_range(lba, u64::from(blocks))?,
             Command::SynchronizeCache { lba, blocks } => {
                 self.check_range(lba, u64::from(blocks))?;
-                self.cfg.device.flush().map_err(|_| Sense::write_error())?;
+                self.cfg
+                    .device
+                    .flush()
+                    .map_err(|e| Sense::device(&e, Sense::write_error()))?;
             }
             Command::ModeSense {
                 ten,

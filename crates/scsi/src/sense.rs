@@ -121,6 +121,17 @@ impl Sense {
     pub const fn write_error() -> Self {
         Self::new(key::MEDIUM_ERROR, 0x0C, 0)
     }
+    /// A backend failure as the initiator should see it: a device that cannot serve through
+    /// this port now (`NotConnected`: a replica that lost its peer and its epoch) reports NOT
+    /// READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE, which multipath
+    /// initiators answer by retrying on another path; anything else is `fallback`.
+    pub fn device(e: &std::io::Error, fallback: Sense) -> Self {
+        if e.kind() == std::io::ErrorKind::NotConnected {
+            Self::new(key::NOT_READY, 0x04, 0x0C)
+        } else {
+            fallback
+        }
+    }
     /// HARDWARE ERROR, INTERNAL TARGET FAILURE.
     pub const fn internal_failure() -> Self {
         Self::new(key::HARDWARE_ERROR, 0x44, 0)

@@ -37,6 +37,11 @@ pub struct CliOverrides {
     pub metrics: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
     pub allow_multiple_sessions: Option<bool>,
+    /// `--node`: which node of a `[cluster]` pair this server is (1 or 2).
+    pub node: Option<u8>,
+    /// `--replacement`: this node of a `[cluster]` pair has new disks (see
+    /// [`super::ClusterConfig::replacement`]).
+    pub replacement: bool,
 }
 
 /// A `--lun PATH[,size=SIZE][,block-size=512|4096]` or
@@ -195,6 +200,7 @@ fn embedded_default(data_dir: &Path) -> ServeConfig {
         nop_timeout: DEFAULT_NOP_TIMEOUT,
         data_dir: data_dir.to_path_buf(),
         limits: Default::default(),
+        cluster: None,
     }
 }
 
@@ -216,6 +222,26 @@ pub(crate) fn build(cli: &CliOverrides) -> Result<ServeConfig, ConfigError> {
     };
     if let Some(dir) = &cli.data_dir {
         config.data_dir = normalize(dir);
+    }
+    if let Some(node) = cli.node {
+        if config.cluster.is_none() || !matches!(node, 1 | 2) {
+            return Err(ConfigError::cli(
+                "--node",
+                "must be 1 or 2, with a --config file that has a [cluster] section",
+            ));
+        }
+        super::cluster::select_node(&mut config, node);
+    }
+    if cli.replacement {
+        match config.cluster.as_mut() {
+            Some(c) => c.replacement = true,
+            None => {
+                return Err(ConfigError::cli(
+                    "--replacement",
+                    "needs a --config file with a [cluster] section",
+                ))
+            }
+        }
     }
     if let Some(addr) = cli.metrics {
         config.metrics_addr = Some(addr);
@@ -349,6 +375,37 @@ pub(crate) fn check_complete(config: &ServeConfig, file: Option<&Path>) -> Resul
                         lun.path.display()
                     ),
                 ));
+            }
+        }
+    }
+    if let Some(cluster) = &config.cluster {
+        if cluster.node == 0 {
+            return Err(complain(
+                "cluster.node".into(),
+                "which node this server is: set node = 1 or 2, or pass lanes serve --node".into(),
+            ));
+        }
+        if config.portal_groups.is_empty() {
+            return Err(complain(
+                "portal-group".into(),
+                format!("no [[portal-group]] has node = {}", cluster.node),
+            ));
+        }
+        // LUN N replicates on port + N under etcd key lun<N>: one number, one LUN.
+        let mut numbers: HashMap<u64, String> = HashMap::new();
+        for (t, target) in config.targets.iter().enumerate() {
+            for (l, lun) in target.luns.iter().enumerate() {
+                let key = format!("target[{t}].lun[{l}]");
+                if let Some(previous) = numbers.insert(lun.lun, key.clone()) {
+                    return Err(complain(
+                        format!("{key}.lun"),
+                        format!(
+                            "LUN {} is also {previous}: with [cluster], LUN numbers are unique \
+                             across targets",
+                            lun.lun
+                        ),
+                    ));
+                }
             }
         }
     }

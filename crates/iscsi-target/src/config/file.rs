@@ -92,6 +92,7 @@ struct RawFile {
     #[serde(default)]
     target: Vec<Spanned<RawTarget>>,
     limits: Option<super::limits::RawLimits>,
+    cluster: Option<Spanned<super::cluster::RawCluster>>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +112,7 @@ struct RawPortalGroup {
     name: Option<Spanned<String>>,
     portals: Spanned<Vec<Spanned<String>>>,
     alua: Option<Spanned<String>>,
+    node: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -240,7 +242,21 @@ impl Resolver<'_> {
             nop_timeout: DEFAULT_NOP_TIMEOUT,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             limits: Default::default(),
+            cluster: None,
         };
+        if let Some(cluster) = raw.cluster {
+            let span = cluster.span();
+            if raw.portal_group.is_empty() {
+                return Err(self.error(
+                    span,
+                    "portal-group",
+                    "[cluster] needs the [[portal-group]]s of both nodes, each with its node",
+                ));
+            }
+            config.cluster = Some(super::cluster::resolve(cluster, &|span, key, message| {
+                self.error(span, key, message)
+            })?);
+        }
         if let Some(limits) = raw.limits {
             config.limits = super::limits::resolve(limits, &|span, key, message| {
                 self.error(span, key, message)
@@ -252,7 +268,15 @@ impl Resolver<'_> {
         if let Some(auth) = raw.discovery_auth {
             config.discovery_auth = Some(self.resolve_chap(auth, "discovery-auth")?);
         }
-        config.portal_groups = self.resolve_portal_groups(raw.portal_group)?;
+        let (groups, nodes) =
+            self.resolve_portal_groups(raw.portal_group, config.cluster.is_some())?;
+        config.portal_groups = groups;
+        if let Some(cluster) = config.cluster.as_mut() {
+            cluster.groups = nodes
+                .into_iter()
+                .zip(config.portal_groups.clone())
+                .collect();
+        }
         let mut names = HashSet::new();
         for (index, target) in raw.target.into_iter().enumerate() {
             let key = format!("target[{index}]");
@@ -271,6 +295,9 @@ impl Resolver<'_> {
                 ));
             }
             config.targets.push(target);
+        }
+        if let Some(node) = config.cluster.as_ref().map(|c| c.node).filter(|&n| n != 0) {
+            super::cluster::select_node(&mut config, node);
         }
         Ok(config)
     }
@@ -374,21 +401,35 @@ impl Resolver<'_> {
             .map_err(|_| self.error(value.span(), key, format!("must be {what}, got {n}")))
     }
 
+    /// The portal groups, and the node of each (0 without `[cluster]`).
     fn resolve_portal_groups(
         &self,
         raw: Vec<Spanned<RawPortalGroup>>,
-    ) -> Result<Vec<PortalGroupConfig>, ConfigError> {
+        cluster: bool,
+    ) -> Result<(Vec<PortalGroupConfig>, Vec<u8>), ConfigError> {
         if raw.is_empty() {
-            return Ok(vec![default_portal_group(vec![SocketAddr::from((
-                [0, 0, 0, 0],
-                DEFAULT_ISCSI_PORT,
-            ))])]);
+            return Ok((
+                vec![default_portal_group(vec![SocketAddr::from((
+                    [0, 0, 0, 0],
+                    DEFAULT_ISCSI_PORT,
+                ))])],
+                vec![0],
+            ));
         }
         let mut groups: Vec<PortalGroupConfig> = Vec::new();
+        let mut nodes = Vec::new();
         let mut seen_portals: HashMap<SocketAddr, String> = HashMap::new();
         for (index, group) in raw.into_iter().enumerate() {
             let key = format!("portal-group[{index}]");
+            let group_span = group.span();
             let group = group.into_inner();
+            nodes.push(super::cluster::check_group_node(
+                cluster,
+                group.node.as_ref(),
+                group_span,
+                &key,
+                &|span, key, message| self.error(span, key, message),
+            )?);
             let tag: u16 =
                 self.integer(&group.tag, &format!("{key}.tag"), 1..65536, "1..=65535")?;
             if groups.iter().any(|g| g.tag == tag) {
@@ -451,7 +492,7 @@ impl Resolver<'_> {
                 alua_state,
             });
         }
-        Ok(groups)
+        Ok((groups, nodes))
     }
 
     fn resolve_target(

@@ -109,9 +109,34 @@ impl ServeConfig {
         let _ = writeln!(out, "text-bytes = {}", l.text_bytes);
         let _ = writeln!(out, "send-backlog = {}", l.send_backlog);
         let _ = writeln!(out, "log-interval = {}", duration(l.log_interval));
-        for g in &self.portal_groups {
+        // With [cluster]: the pair, and the groups of both nodes (this node's as they run).
+        let groups: Vec<(Option<u8>, &super::PortalGroupConfig)> = match &self.cluster {
+            Some(c) => {
+                let _ = writeln!(out, "\n[cluster]");
+                let _ = writeln!(out, "node = {}", c.node);
+                let _ = writeln!(out, "preferred = {}", c.preferred);
+                let _ = writeln!(out, "name = {}", quoted(&c.name));
+                let etcd = c.etcd.iter().map(|e| quoted(&e.to_string()));
+                let _ = writeln!(out, "etcd = {}", list(etcd));
+                let _ = writeln!(out, "listen = {}", quoted(&c.node1.to_string()));
+                let _ = writeln!(out, "peer = {}", quoted(&c.node2.to_string()));
+                let _ = writeln!(out, "heartbeat = {}", duration(c.heartbeat));
+                c.groups
+                    .iter()
+                    .map(|(n, g)| {
+                        let running = self.portal_groups.iter().find(|r| r.tag == g.tag);
+                        (Some(*n), running.unwrap_or(g))
+                    })
+                    .collect()
+            }
+            None => self.portal_groups.iter().map(|g| (None, g)).collect(),
+        };
+        for (node, g) in groups {
             let _ = writeln!(out, "\n[[portal-group]]");
             let _ = writeln!(out, "tag = {}", g.tag);
+            if let Some(n) = node {
+                let _ = writeln!(out, "node = {n}");
+            }
             let _ = writeln!(out, "name = {}", quoted(&g.name));
             let portals = g.portals.iter().map(|p| quoted(&p.to_string()));
             let _ = writeln!(out, "portals = {}", list(portals));

@@ -147,6 +147,9 @@ pub fn diff(old: &ServeConfig, new: &ServeConfig) -> Result<Vec<Change>, NotLive
     if old.discovery_auth != new.discovery_auth {
         changes.push(Change::DiscoveryAuthChanged);
     }
+    if old.cluster != new.cluster {
+        return Err(not_live("cluster", "cannot change while running (restart)"));
+    }
     diff_portal_groups(old, new, &mut changes)?;
     for (index, target) in old.targets.iter().enumerate() {
         if !new.targets.iter().any(|t| t.name == target.name) {
@@ -178,6 +181,19 @@ pub fn diff(old: &ServeConfig, new: &ServeConfig) -> Result<Vec<Change>, NotLive
             ));
         };
         diff_target(before, target, &key, &mut changes)?;
+    }
+    if new.cluster.is_some()
+        && changes.iter().any(|c| {
+            matches!(
+                c,
+                Change::LunAdded { .. } | Change::LunRemoved { .. } | Change::LunGrown { .. }
+            )
+        })
+    {
+        return Err(not_live(
+            "target.lun",
+            "adding, removing or growing a replicated LUN needs a restart of both nodes",
+        ));
     }
     Ok(changes)
 }

@@ -1,0 +1,171 @@
+//! The replicated LUN as a [`BlockDevice`]: writes and flushes go through the core task and
+//! block the calling (blocking-pool) thread until the core acknowledges them; reads are served
+//! from the local disk when the core allows it.
+//!
+//! UNMAP (`punch_hole`) is replicated as a write of zeros, so both disks keep reading the same
+//! bytes and resync needs no notion of holes; the allocation map therefore reports the whole
+//! range allocated.
+
+use std::io;
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+
+use blockstore::{BlockDevice, Extent};
+use bytes::{Bytes, BytesMut};
+use replication::HostError;
+use tokio::sync::mpsc;
+
+use crate::task::Input;
+
+/// Largest piece a host write is split into (well below the peer link's frame limit and the
+/// activity log's span).
+const CHUNK: usize = 4 << 20;
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+pub(crate) struct ReplicatedDevice {
+    pub inputs: mpsc::UnboundedSender<Input>,
+    pub local: Arc<dyn BlockDevice>,
+    pub block_size: u64,
+    pub size: u64,
+}
+
+fn stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "replicated LUN stopped")
+}
+
+fn host_error(e: HostError) -> io::Error {
+    let kind = match e {
+        HostError::Invalid => io::ErrorKind::InvalidInput,
+        HostError::Busy => io::ErrorKind::WouldBlock,
+        HostError::NotReady | HostError::Fenced | HostError::Aborted => io::ErrorKind::NotConnected,
+    };
+    io::Error::new(kind, e)
+}
+
+impl ReplicatedDevice {
+    fn check(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.size);
+        if end.is_none()
+            || !offset.is_multiple_of(self.block_size)
+            || !len.is_multiple_of(self.block_size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "unaligned or out-of-range request on a replicated LUN",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Submit `pieces` (offset, data) as host writes and wait for every acknowledgement.
+    fn write_pieces(&self, pieces: Vec<(u64, Bytes)>) -> io::Result<()> {
+        let (tx, rx) = sync_channel(pieces.len());
+        let n = pieces.len();
+        for (offset, data) in pieces {
+            let input = Input::Write {
+                lba: offset / self.block_size,
+                blocks: (data.len() as u64 / self.block_size) as u32,
+                fua: false,
+                data,
+                reply: tx.clone(),
+            };
+            self.inputs.send(input).map_err(|_| stopped())?;
+        }
+        drop(tx);
+        let mut result = Ok(());
+        for _ in 0..n {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = result.and(Err(host_error(e))),
+                Err(_) => return Err(stopped()),
+            }
+        }
+        result
+    }
+}
+
+impl BlockDevice for ReplicatedDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let (tx, rx) = sync_channel(1);
+        self.inputs
+            .send(Input::ReadCheck { reply: tx })
+            .map_err(|_| stopped())?;
+        match rx.recv() {
+            Ok(true) => self.local.read_at(buf, offset),
+            Ok(false) => Err(host_error(HostError::NotReady)),
+            Err(_) => Err(stopped()),
+        }
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_vectored_at(&[buf], offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.check(offset, len as u64)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let mut all = BytesMut::with_capacity(len);
+        for b in bufs {
+            all.extend_from_slice(b);
+        }
+        let mut all = all.freeze();
+        let chunk = CHUNK - CHUNK % self.block_size as usize;
+        let mut pieces = Vec::with_capacity(len.div_ceil(chunk));
+        let mut at = offset;
+        while !all.is_empty() {
+            let piece = all.split_to(chunk.min(all.len()));
+            let n = piece.len() as u64;
+            pieces.push((at, piece));
+            at += n;
+        }
+        self.write_pieces(pieces)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let (tx, rx) = sync_channel(1);
+        self.inputs
+            .send(Input::Flush { reply: tx })
+            .map_err(|_| stopped())?;
+        match rx.recv() {
+            Ok(r) => r.map_err(host_error),
+            Err(_) => Err(stopped()),
+        }
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check(offset, len)?;
+        let piece = (ZEROS.len() as u64) - ZEROS.len() as u64 % self.block_size;
+        let mut pieces = Vec::new();
+        let mut at = offset;
+        while at < offset + len {
+            let n = piece.min(offset + len - at);
+            pieces.push((at, Bytes::from_static(&ZEROS[..n as usize])));
+            at += n;
+        }
+        // Bounded batches keep a large UNMAP from flooding the core's queue.
+        for batch in pieces.chunks(64) {
+            self.write_pieces(batch.to_vec())?;
+        }
+        Ok(())
+    }
+
+    fn allocation_map(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        self.check(offset, len)?;
+        Ok(vec![Extent {
+            offset,
+            len,
+            allocated: true,
+        }])
+    }
+
+    fn release(&self) {
+        self.local.release();
+    }
+}

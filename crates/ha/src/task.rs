@@ -1,0 +1,458 @@
+//! The one task that owns a LUN's `Replica`: every input (host requests, local I/O
+//! completions, journal progress, peer frames, etcd answers, timers) arrives here, is fed to
+//! the core, and the core's actions are carried out before the next input.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockstore::BlockDevice;
+use bytes::Bytes;
+use lanes_witness::Witness;
+use replication::{Action, Alua, Event, HostError, MetaOp, Nanos, RaceOutcome, Replica, Token};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::link::{self, LinkEvent, Session};
+use crate::PairStatus;
+
+pub(crate) type Reply = SyncSender<Result<(), HostError>>;
+
+/// Longest a read waits for the replica to be allowed to serve it.
+const READ_HOLD: Nanos = 30_000_000_000;
+
+/// States in which a read not allowed now may become allowed without a resync: paired or
+/// sync source (the next heartbeat acknowledgement renews the lease), or suspended while
+/// serving (the race decides).
+fn may_serve_soon(state: &replication::State) -> bool {
+    use replication::State;
+    matches!(
+        state,
+        State::Paired { .. } | State::ResyncSource { .. } | State::Suspended { serving: true, .. }
+    )
+}
+
+/// Inputs from outside the core task (host side and local completions).
+pub(crate) enum Input {
+    Write {
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+        data: Bytes,
+        reply: Reply,
+    },
+    Flush {
+        reply: Reply,
+    },
+    ReadCheck {
+        reply: SyncSender<bool>,
+    },
+    Applied(Token),
+    ResyncRead(Token, Bytes),
+    Fsynced(Token),
+    LocalFailed(String),
+    Persisted(Token),
+    JournalFailed(String),
+    Race(RaceOutcome),
+    InSync(bool),
+    Shutdown,
+}
+
+pub(crate) struct Driver {
+    pub replica: Replica,
+    pub start: Instant,
+    pub node: u8,
+    pub peer: SocketAddr,
+    pub local: Arc<dyn BlockDevice>,
+    pub block_size: u64,
+    pub inputs: mpsc::UnboundedReceiver<Input>,
+    pub me: mpsc::UnboundedSender<Input>,
+    pub link_rx: mpsc::UnboundedReceiver<LinkEvent>,
+    pub link_tx: mpsc::UnboundedSender<LinkEvent>,
+    pub journal: Option<std::sync::mpsc::Sender<(Token, MetaOp)>>,
+    pub journal_thread: Option<std::thread::JoinHandle<()>>,
+    pub witness: Arc<Witness>,
+    pub alua: watch::Sender<Alua>,
+    pub status: watch::Sender<PairStatus>,
+    pub session: Option<Session>,
+    pub next_session: u64,
+    pub dialer: Option<JoinHandle<()>>,
+    pub acceptor: Option<JoinHandle<()>>,
+    pub writes: HashMap<u64, Reply>,
+    pub next_write: u64,
+    /// Host writes beyond the core's in-flight limit, submitted as earlier ones complete.
+    pub queued: VecDeque<(u64, u64, u32, bool, Bytes)>,
+    pub flushes: HashMap<u64, Reply>,
+    pub next_flush: u64,
+    pub local_io: usize,
+    pub resync_remaining: u64,
+    /// When the dirty-region count (a bitmap scan) was last taken, and its value.
+    pub dirty_at: Option<Instant>,
+    pub dirty: u64,
+    /// Reads waiting for the read lease, until a deadline.
+    pub read_waiters: Vec<(Nanos, SyncSender<bool>)>,
+}
+
+impl Driver {
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    pub async fn run(mut self) {
+        let mut stop = None;
+        self.drain();
+        self.ensure_link();
+        self.publish();
+        // Status (the dirty count) is refreshed at least this often.
+        let mut refresh = tokio::time::interval(Duration::from_millis(250));
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let now = self.now();
+            let deadline = self
+                .replica
+                .next_timer()
+                .map(|t| t.max(now + 1_000_000))
+                .map(|t| tokio::time::Instant::from_std(self.start + Duration::from_nanos(t)));
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                input = self.inputs.recv() => match input {
+                    Some(Input::Shutdown) | None => break,
+                    Some(i) => if let Err(reason) = self.input(i) {
+                        stop = Some(reason);
+                        break;
+                    },
+                },
+                Some(ev) = self.link_rx.recv() => self.link_event(ev),
+                _ = refresh.tick() => {}
+                () = sleep => {
+                    let now = self.now();
+                    self.replica.tick(now);
+                }
+            }
+            self.drain();
+            self.ensure_link();
+            self.reads();
+            self.publish();
+        }
+        self.stop(stop).await;
+    }
+
+    /// Stop like a crash: the peer link goes, waiters get errors, local I/O under way ends.
+    async fn stop(mut self, reason: Option<String>) {
+        if let Some(r) = &reason {
+            tracing::error!(reason = %r, "replicated LUN stopped");
+        }
+        self.session = None;
+        for h in [self.dialer.take(), self.acceptor.take()]
+            .into_iter()
+            .flatten()
+        {
+            h.abort();
+        }
+        self.writes.clear();
+        self.flushes.clear();
+        self.queued.clear();
+        self.status.send_modify(|s| {
+            s.state = if reason.is_some() {
+                "Failed"
+            } else {
+                "Stopped"
+            };
+            s.peer_connected = false;
+        });
+        while self.local_io > 0 {
+            match self.inputs.recv().await {
+                Some(Input::Applied(_) | Input::ResyncRead(..) | Input::Fsynced(_))
+                | Some(Input::LocalFailed(_)) => self.local_io -= 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        self.journal = None;
+        if let Some(t) = self.journal_thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+
+    fn input(&mut self, i: Input) -> Result<(), String> {
+        let now = self.now();
+        let r = &mut self.replica;
+        match i {
+            Input::Write {
+                lba,
+                blocks,
+                fua,
+                data,
+                reply,
+            } => {
+                let id = self.next_write;
+                self.next_write += 1;
+                self.writes.insert(id, reply);
+                if self.writes.len() > r.config().max_inflight {
+                    self.queued.push_back((id, lba, blocks, fua, data));
+                } else {
+                    r.submit_write(now, id, lba, blocks, fua, data);
+                }
+            }
+            Input::Flush { reply } => {
+                let id = self.next_flush;
+                self.next_flush += 1;
+                self.flushes.insert(id, reply);
+                r.submit_flush(now, id);
+            }
+            Input::ReadCheck { reply } => {
+                if r.read_allowed(now) {
+                    let _ = reply.try_send(true);
+                } else if may_serve_soon(r.state()) {
+                    // Paired without a running lease yet (a heartbeat late), or suspended
+                    // after losing the peer: held, as writes are, until the lease or the race
+                    // decides (bounded, so a stuck pair cannot hold a thread forever).
+                    self.read_waiters.push((now + READ_HOLD, reply));
+                } else {
+                    let _ = reply.try_send(false);
+                }
+            }
+            Input::Applied(t) => {
+                self.local_io -= 1;
+                r.apply_done(now, t);
+            }
+            Input::ResyncRead(t, data) => {
+                self.local_io -= 1;
+                r.resync_read_done(now, t, data);
+            }
+            Input::Fsynced(t) => {
+                self.local_io -= 1;
+                r.fsync_done(now, t);
+            }
+            Input::LocalFailed(e) => {
+                self.local_io -= 1;
+                return Err(format!("local I/O failed: {e}"));
+            }
+            Input::Persisted(t) => r.meta_persisted(now, t),
+            Input::JournalFailed(e) => return Err(format!("metadata journal failed: {e}")),
+            Input::Race(outcome) => {
+                tracing::info!(?outcome, "epoch race");
+                r.race_result(now, outcome);
+            }
+            Input::InSync(ok) => r.in_sync_result(now, ok),
+            Input::Shutdown => {}
+        }
+        Ok(())
+    }
+
+    fn link_event(&mut self, ev: LinkEvent) {
+        let now = self.now();
+        match ev {
+            LinkEvent::Connected(streams) => {
+                self.dialer = None;
+                if self.session.take().is_some() {
+                    self.replica.peer_disconnected(now);
+                }
+                self.next_session += 1;
+                self.session = Some(Session::start(self.next_session, streams, &self.link_tx));
+                tracing::info!(peer = %self.peer, "peer link up");
+                self.replica.peer_connected(now);
+            }
+            LinkEvent::Frame { session, message } => {
+                if self.session.as_ref().is_some_and(|s| s.id == session) {
+                    self.replica.receive(now, message);
+                }
+            }
+            LinkEvent::Broken { session, reason } => {
+                if self.session.as_ref().is_some_and(|s| s.id == session) {
+                    tracing::warn!(peer = %self.peer, %reason, "peer link down");
+                    self.session = None;
+                    self.replica.peer_disconnected(now);
+                }
+            }
+        }
+    }
+
+    /// Node 0 dials whenever it has no session (node 1 accepts in the background).
+    fn ensure_link(&mut self) {
+        if self.node != 0 || self.session.is_some() {
+            return;
+        }
+        if self.dialer.as_ref().is_some_and(|d| !d.is_finished()) {
+            return;
+        }
+        let (peer, tx) = (self.peer, self.link_tx.clone());
+        let nonce = self.next_session.wrapping_add(1) ^ (self.start.elapsed().as_nanos() as u64);
+        self.dialer = Some(tokio::spawn(async move {
+            let streams = link::dial(peer, 0, nonce).await;
+            let _ = tx.send(LinkEvent::Connected(streams));
+        }));
+    }
+
+    fn drain(&mut self) {
+        while let Some(a) = self.replica.poll_action() {
+            self.action(a);
+        }
+    }
+
+    fn action(&mut self, a: Action) {
+        match a {
+            Action::Send { channel, message } => {
+                if let Some(s) = &self.session {
+                    let mut frame = Vec::with_capacity(64);
+                    replication::encode(&message, &mut frame);
+                    s.send(channel, frame);
+                }
+            }
+            Action::DropPeerConnection => self.session = None,
+            Action::Apply {
+                token,
+                lba,
+                fua,
+                data,
+                ..
+            } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                self.blocking(move || {
+                    dev.write_at(&data, off)?;
+                    if fua {
+                        dev.flush()?;
+                    }
+                    Ok(Input::Applied(token))
+                });
+            }
+            Action::ReadForResync { token, lba, blocks } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                let len = u64::from(blocks) * self.block_size;
+                self.blocking(move || {
+                    let mut buf = vec![0u8; len as usize];
+                    dev.read_at(&mut buf, off)?;
+                    Ok(Input::ResyncRead(token, Bytes::from(buf)))
+                });
+            }
+            Action::Fsync { token } => {
+                let dev = self.local.clone();
+                self.blocking(move || {
+                    dev.flush()?;
+                    Ok(Input::Fsynced(token))
+                });
+            }
+            Action::Persist { token, op } => {
+                if let Some(j) = &self.journal {
+                    let _ = j.send((token, op));
+                }
+            }
+            Action::AckWrite { id, result } => {
+                if let Some(reply) = self.writes.remove(&id) {
+                    let _ = reply.try_send(result);
+                }
+                if let Some((id, lba, blocks, fua, data)) = self.queued.pop_front() {
+                    let now = self.now();
+                    self.replica.submit_write(now, id, lba, blocks, fua, data);
+                }
+            }
+            Action::AckFlush { id, result } => {
+                if let Some(reply) = self.flushes.remove(&id) {
+                    let _ = reply.try_send(result);
+                }
+            }
+            Action::AbortDone { .. } => {}
+            Action::RaceForEpoch => {
+                let (w, me) = (self.witness.clone(), self.me.clone());
+                tokio::spawn(async move {
+                    let _ = me.send(Input::Race(w.race().await));
+                });
+            }
+            Action::MarkInSync { epoch } => {
+                let (w, me) = (self.witness.clone(), self.me.clone());
+                tokio::spawn(async move {
+                    let ok = match w.mark_in_sync(epoch).await {
+                        Ok(ok) => ok,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "marking the pair in sync failed");
+                            false
+                        }
+                    };
+                    let _ = me.send(Input::InSync(ok));
+                });
+            }
+            Action::SetAlua(a) => {
+                tracing::info!(alua = ?a, "ALUA state");
+                self.alua.send_replace(a);
+            }
+            Action::ResyncProgress { remaining } => self.resync_remaining = remaining,
+            Action::Event(e) => match e {
+                Event::Refused { message, reason } => {
+                    tracing::debug!(message, reason, "peer message refused")
+                }
+                Event::PeerLost => tracing::warn!(peer = %self.peer, "peer lost"),
+                Event::State(s) => tracing::info!(state = s, "replica state"),
+                Event::SplitBrain => tracing::error!(
+                    peer = %self.peer,
+                    "split brain: the handshake found no safe sync source; resolve by hand"
+                ),
+            },
+        }
+    }
+
+    fn blocking(&mut self, f: impl FnOnce() -> std::io::Result<Input> + Send + 'static) {
+        self.local_io += 1;
+        let me = self.me.clone();
+        tokio::task::spawn_blocking(move || {
+            let input = f().unwrap_or_else(|e| Input::LocalFailed(e.to_string()));
+            let _ = me.send(input);
+        });
+    }
+
+    /// Answer reads waiting for the lease: allowed now, or refused at their deadline.
+    fn reads(&mut self) {
+        if self.read_waiters.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let allowed = self.replica.read_allowed(now);
+        let hopeless = !may_serve_soon(self.replica.state());
+        self.read_waiters.retain(|(until, reply)| {
+            if allowed || hopeless || now >= *until {
+                let _ = reply.try_send(allowed);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn publish(&mut self) {
+        let r = &self.replica;
+        let state = r.state().name();
+        if state == "Paired" {
+            self.resync_remaining = 0;
+        }
+        let stale = self
+            .dirty_at
+            .is_none_or(|t| t.elapsed() > Duration::from_millis(200));
+        if stale || state != self.status.borrow().state {
+            self.dirty = r.dirty_regions();
+            self.dirty_at = Some(Instant::now());
+        }
+        let next = PairStatus {
+            state,
+            epoch: r.epoch(),
+            peer_connected: self.session.is_some(),
+            resync_remaining: self.resync_remaining,
+            dirty_regions: self.dirty,
+            alua: *self.alua.borrow(),
+            stats: r.stats(),
+        };
+        self.status.send_if_modified(|s| {
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+    }
+}

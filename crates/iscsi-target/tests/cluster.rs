@@ -1,0 +1,242 @@
+//! `[cluster]`: one configuration file for both nodes of an HA pair, and two servers in this
+//! process replicating one LUN over loopback with a real etcd as the witness.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use lanes_iscsi_target::config::{CliOverrides, ServeConfig};
+use lanes_test_support::etcd::Etcd;
+use support::*;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Both nodes' portal groups (1 on node 1, 2 on node 2), one 16 MiB LUN of 512-byte blocks.
+fn cluster_toml(etcd: SocketAddr, portals: [u16; 2], repl: [u16; 2], node_line: &str) -> String {
+    format!(
+        r#"[server]
+data-dir = "{{dir}}/data"
+nop-interval = "30s"
+nop-timeout = "120s"
+
+[cluster]
+{node_line}
+name = "test-pair"
+etcd = ["{etcd}"]
+listen = "127.0.0.1:{r1}"
+peer = "127.0.0.1:{r2}"
+heartbeat = "100ms"
+
+[[portal-group]]
+tag = 1
+node = 1
+portals = ["127.0.0.1:{p1}"]
+
+[[portal-group]]
+tag = 2
+node = 2
+portals = ["127.0.0.1:{p2}"]
+
+[[target]]
+name = "{TARGET}"
+
+[[target.lun]]
+lun = 0
+path = "disk0.img"
+size = "16M"
+block-size = 512
+"#,
+        p1 = portals[0],
+        p2 = portals[1],
+        r1 = repl[0],
+        r2 = repl[1],
+    )
+}
+
+fn from_file(text: &str, node: Option<u8>) -> Result<ServeConfig, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lanes.toml");
+    std::fs::write(
+        &file,
+        text.replace("{dir}", &dir.path().display().to_string()),
+    )
+    .unwrap();
+    ServeConfig::from_cli(&CliOverrides {
+        config: Some(file),
+        node,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn one_file_serves_both_nodes_with_the_same_lun_identity() {
+    let etcd: SocketAddr = "127.0.0.1:2379".parse().unwrap();
+    let text = cluster_toml(etcd, [3260, 3261], [7000, 7100], "");
+    let one = from_file(&text, Some(1)).unwrap();
+    let two = from_file(&text, Some(2)).unwrap();
+    let tags = |c: &ServeConfig| c.portal_groups.iter().map(|g| g.tag).collect::<Vec<_>>();
+    assert_eq!((tags(&one), tags(&two)), (vec![1], vec![2]));
+    let (c1, c2) = (one.cluster.clone().unwrap(), two.cluster.clone().unwrap());
+    assert_eq!(c1.peer_groups().map(|g| g.tag).collect::<Vec<_>>(), [2]);
+    assert_eq!(c2.peer_groups().map(|g| g.tag).collect::<Vec<_>>(), [1]);
+    // LUN N on port + N; each node listens on its own address and dials the other's.
+    assert_eq!(c1.listen(3).to_string(), "127.0.0.1:7003");
+    assert_eq!(c1.peer(3).to_string(), "127.0.0.1:7103");
+    assert_eq!((c2.listen(0), c2.peer(0)), (c1.peer(0), c1.listen(0)));
+    assert_eq!(c1.epoch_key(0), "/lanes/test-pair/lun0/epoch");
+    // The LUN's identity derives from the target name and LUN number: equal on both nodes.
+    let lun = |c: &ServeConfig| c.targets[0].luns[0].clone();
+    assert_eq!(
+        lanes_iscsi_target::config::naa_id(TARGET, &lun(&one)),
+        lanes_iscsi_target::config::naa_id(TARGET, &lun(&two))
+    );
+    assert_eq!(
+        lun(&one).effective_serial(TARGET),
+        lun(&two).effective_serial(TARGET)
+    );
+    // `lanes config show` writes both nodes' groups and the pair back; it parses to the same.
+    for c in [&one, &two] {
+        let back =
+            ServeConfig::from_toml_str(&c.to_toml(), std::path::Path::new("/shown/lanes.toml"))
+                .unwrap_or_else(|e| panic!("{e}\n{}", c.to_toml()));
+        assert_eq!(&back, c);
+    }
+    // Without a node anywhere, the file is refused, naming the key.
+    let e = from_file(&text, None).unwrap_err();
+    assert!(e.contains("cluster.node"), "{e}");
+    // A group without its node names file, line and key.
+    let broken = text.replacen("node = 2\n", "", 1);
+    let e = from_file(&broken, Some(1)).unwrap_err();
+    assert!(
+        e.contains("lanes.toml:") && e.contains("portal-group[1].node"),
+        "{e}"
+    );
+    // node = 3 is refused at its line.
+    let line = 1 + text.lines().position(|l| l == "node = 2").unwrap();
+    let e = from_file(&text.replace("node = 2\n", "node = 3\n"), Some(1)).unwrap_err();
+    assert!(
+        e.contains(&format!("lanes.toml:{line}:")) && e.contains("must be 1 or 2"),
+        "{e}"
+    );
+    // A node key without [cluster] is refused.
+    let plain = text.replace(
+        &text[text.find("[cluster]").unwrap()..text.find("[[portal-group]]").unwrap()],
+        "",
+    );
+    let e = from_file(&plain, None).unwrap_err();
+    assert!(e.contains("only meaningful with a [cluster]"), "{e}");
+}
+
+fn status(server: &TestServer) -> serde_json::Value {
+    let mut s = UnixStream::connect(server.status_socket()).expect("status socket");
+    s.write_all(b"{\"cmd\":\"status\"}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).expect("JSON reply")
+}
+
+/// Poll the status socket until the pair's role is `role` (bounded).
+fn wait_role(server: &TestServer, role: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = status(server);
+        if s["pairs"][0]["role"] == role {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "role never became {role}: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// VPD page 0x83's first designator (the NAA identifier).
+fn naa(c: &mut Conn) -> Vec<u8> {
+    let r = c
+        .scsi(&[0x12, 0x01, 0x83, 0x01, 0x00, 0x00], 256, None)
+        .unwrap();
+    assert_eq!(r.status, 0);
+    let len = usize::from(r.data[7]);
+    r.data[8..8 + len].to_vec()
+}
+
+/// REPORT TARGET PORT GROUPS: (group id, state code).
+fn rtpg(c: &mut Conn) -> Vec<(u16, u8)> {
+    let cdb = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0];
+    let r = c.scsi(&cdb, 1024, None).unwrap();
+    assert_eq!(r.status, 0, "{:?}", r.sense_triplet());
+    let mut out = Vec::new();
+    let mut at = 4;
+    while at + 8 <= r.data.len() {
+        let d = &r.data[at..];
+        out.push((u16::from_be_bytes([d[2], d[3]]), d[0] & 0x0f));
+        at += 8 + 4 * usize::from(d[7]);
+    }
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn two_servers_replicate_one_lun_and_report_both_port_groups() {
+    let etcd = Etcd::start();
+    let portals = [free_port(), free_port()];
+    let repl = [free_port(), free_port()];
+    let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
+    let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
+    assert_eq!(
+        node1.portals.len(),
+        1,
+        "a node listens only on its own portals"
+    );
+    assert_eq!(node1.portals[0].1.port(), portals[0]);
+    assert_eq!(node2.portals[0].1.port(), portals[1]);
+    wait_role(&node1, "Paired");
+    let s = wait_role(&node2, "Paired");
+    assert_eq!(
+        (
+            s["pairs"][0]["node"].as_u64(),
+            s["pairs"][0]["peer_connected"].as_bool()
+        ),
+        (Some(2), Some(true))
+    );
+
+    let mut a = Conn::login_to(node1.portals[0].1, &LoginOpts::normal());
+    let mut b = Conn::login_to(node2.portals[0].1, &LoginOpts::normal());
+    a.clear_unit_attentions();
+    b.clear_unit_attentions();
+    assert_eq!(naa(&mut a), naa(&mut b), "one WWID on both nodes");
+    assert_eq!(rtpg(&mut a), [(1, 0), (2, 0)]);
+    assert_eq!(rtpg(&mut b), [(1, 0), (2, 0)]);
+
+    let data = pattern(42, 64 * 512);
+    a.write10(1000, &data);
+    assert!(b.read10(1000, 64) == data, "node 2 reads what node 1 wrote");
+    let data2 = pattern(43, 8 * 512);
+    b.write10(5000, &data2);
+    assert!(a.read10(5000, 8) == data2, "node 1 reads what node 2 wrote");
+    // Both backing files hold both writes.
+    for server in [&node1, &node2] {
+        let file = std::fs::read(server.lun_path()).unwrap();
+        assert!(file[1000 * 512..1064 * 512] == data[..]);
+        assert!(file[5000 * 512..5008 * 512] == data2[..]);
+    }
+
+    // Node 2 stops: node 1 wins the epoch and goes on alone; its report marks node 2's group
+    // unavailable.
+    drop(b);
+    drop(node2);
+    wait_role(&node1, "Alone");
+    a.clear_unit_attentions();
+    let after = pattern(44, 16 * 512);
+    a.write10(2000, &after);
+    assert!(a.read10(2000, 16) == after);
+    assert_eq!(rtpg(&mut a), [(1, 0), (2, 3)]);
+}
