@@ -121,6 +121,7 @@ impl Inner {
     /// the path's ISID through another portal of the same portal group reinstates (ends) it,
     /// and the target answers that login only after the old session's tasks are gone.
     async fn fence(&self, index: usize, epoch: u64) {
+        let failed_at = Instant::now();
         let Some(slot) = self.slots.get(index) else {
             return;
         };
@@ -162,45 +163,82 @@ impl Inner {
             }
         }
         // No surviving portal in the failed path's portal group (each portal its own ALUA
-        // group, say): a LOGICAL UNIT RESET through any surviving path makes the target end
-        // every task of the LUN, the failed session's included, and answer only then (SAM-5
-        // 6.3). Our own commands are drained first so that the reset aborts none of them.
-        let Some((index_via, via)) = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != index)
-            .find_map(|(i, s)| s.current().map(|(session, _)| (i, session)))
-        else {
+        // group, say, or every portal of a dead node at once): a LOGICAL UNIT RESET through a
+        // surviving path makes the target end every task of the LUN, the failed session's
+        // included, and answer only then (SAM-5 6.3). Our own commands are drained first so
+        // that the reset aborts none of them. Resets run one at a time: two paths failing
+        // together must not resume I/O while the other's reset is on its way.
+        self.reset_fence_path(index, epoch, failed_at).await;
+    }
+
+    /// The LOGICAL UNIT RESET fence of path `index` (failed at `failed_at`), through each
+    /// eligible path in turn until one answers.
+    async fn reset_fence_path(&self, index: usize, epoch: u64, failed_at: Instant) {
+        let Some(slot) = self.slots.get(index) else {
+            return;
+        };
+        let mut last_reset = self.reset_fence.lock().await;
+        if last_reset.is_some_and(|sent| sent >= failed_at) {
+            // A reset sent after this path failed already ended its tasks.
+            slot.fenced.send_modify(|f| *f = (*f).max(epoch));
+            self.fences.fetch_add(1, Ordering::Relaxed);
+            info!(
+                path = %slot.id, portal = %slot.portal,
+                "fenced: the LOGICAL UNIT RESET sent for another failed path ended this one's tasks too; its writes are replayed"
+            );
+            return;
+        }
+        let candidates: Vec<usize> = (0..self.slots.len())
+            .filter(|i| *i != index)
+            .filter(|i| {
+                self.slots
+                    .get(*i)
+                    .is_some_and(|s| s.eligible.load(Ordering::Relaxed) && s.current().is_some())
+            })
+            .collect();
+        if candidates.is_empty() {
             warn!(
                 path = %slot.id, portal = %slot.portal,
                 "no surviving path to fence through: its in-flight writes wait until the path logs in again"
             );
             return;
-        };
-        let reset = async {
-            self.quiesce().await;
-            via.lun_reset().await
-        };
-        let result = tokio::time::timeout(LOGIN_TIMEOUT, reset).await;
+        }
+        self.quiesce().await;
+        let mut fenced_through = None;
+        for i in candidates {
+            let Some((via, _)) = self.slots.get(i).and_then(|s| s.current()) else {
+                continue;
+            };
+            let sent = Instant::now();
+            match tokio::time::timeout(LOGIN_TIMEOUT, via.lun_reset()).await {
+                Ok(Ok(())) => {
+                    *last_reset = Some(sent);
+                    fenced_through = self.slots.get(i).map(|s| s.portal);
+                    break;
+                }
+                Ok(Err(e)) => {
+                    warn!(path = %slot.id, through = %via.portal(), "fencing LOGICAL UNIT RESET failed: {e}")
+                }
+                Err(_) => {
+                    warn!(path = %slot.id, through = %via.portal(), "fencing LOGICAL UNIT RESET timed out")
+                }
+            }
+        }
         self.paused.store(false, Ordering::SeqCst);
         self.resume.notify_waiters();
-        match result {
-            Ok(Ok(())) => {
+        match fenced_through {
+            Some(through) => {
                 slot.fenced.send_modify(|f| *f = (*f).max(epoch));
                 self.fences.fetch_add(1, Ordering::Relaxed);
                 info!(
-                    path = %slot.id, portal = %slot.portal,
-                    through = %self.slots.get(index_via).map(|s| s.portal.to_string()).unwrap_or_default(),
+                    path = %slot.id, portal = %slot.portal, through = %through,
                     "fenced: LOGICAL UNIT RESET ended the failed path's tasks (no other portal in its group); its writes are replayed"
                 );
             }
-            Ok(Err(e)) => {
-                warn!(path = %slot.id, "fencing LOGICAL UNIT RESET failed: {e}; writes wait for the path's own login")
-            }
-            Err(_) => {
-                warn!(path = %slot.id, "fencing LOGICAL UNIT RESET timed out; writes wait for the path's own login")
-            }
+            None => warn!(
+                path = %slot.id,
+                "no LOGICAL UNIT RESET got through; writes wait for the path's own login"
+            ),
         }
     }
 

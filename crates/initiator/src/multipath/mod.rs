@@ -110,6 +110,10 @@ pub(crate) struct Inner {
     paused: AtomicBool,
     idle: Notify,
     resume: Notify,
+    /// One LOGICAL UNIT RESET fence at a time (two paths of a dead node fail together), with
+    /// when the last successful one was sent: it ended every task of paths that had already
+    /// failed by then.
+    reset_fence: tokio::sync::Mutex<Option<Instant>>,
     replayed: AtomicU64,
     fences: AtomicU64,
 }
@@ -252,6 +256,7 @@ impl Multipath {
             paused: AtomicBool::new(false),
             idle: Notify::new(),
             resume: Notify::new(),
+            reset_fence: tokio::sync::Mutex::new(None),
             replayed: AtomicU64::new(0),
             fences: AtomicU64::new(0),
         });
