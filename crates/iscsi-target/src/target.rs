@@ -259,6 +259,7 @@ mod tests {
             read_only: false,
             write_cache: true,
             pr_file: None,
+            pr_store: None,
             thin: true,
         };
         Arc::new(scsi::LogicalUnit::new(config, tpgs).unwrap())
