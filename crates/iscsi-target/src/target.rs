@@ -163,6 +163,17 @@ pub fn build_lu(
     };
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
+    // RBD LUNs: reservations live in a RADOS object beside the image, shared by every gateway
+    // (no local file stands for state that several gateways share).
+    let pr_store: Option<Arc<dyn scsi::PrStore>> = match &lun.rbd {
+        Some(source) => Some(Arc::new(lanes_rbd::RadosPrStore::open(source).map_err(
+            |e| BuildError::Rbd {
+                image: source.spec(),
+                source: e,
+            },
+        )?)),
+        None => None,
+    };
     let lu_config = scsi::LunConfig {
         device,
         block_size: lun.block_size,
@@ -173,9 +184,8 @@ pub fn build_lu(
         revision: product_revision(),
         read_only: lun.read_only,
         write_cache: lun.write_cache,
-        // RBD LUNs: reservations are not persisted in this release (no local file stands for
-        // state that several gateways share).
         pr_file: lun.rbd.is_none().then(|| pr_file.into()),
+        pr_store,
         thin: true,
     };
     let unit =
