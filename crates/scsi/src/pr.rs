@@ -426,8 +426,7 @@ impl PrLock {
     /// is newer than the one held. `None` text is an empty state; unparsable text is refused.
     pub fn install(&self, text: Option<&str>, version: u64) -> bool {
         let new = match text {
-            None => PrState::default(),
-            Some(t) if t.is_empty() => PrState::default(),
+            None | Some("") => PrState::default(),
             Some(t) => match PrState::from_text(t) {
                 Some(st) => st,
                 None => {

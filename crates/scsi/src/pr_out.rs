@@ -312,7 +312,7 @@ impl LogicalUnit {
                             regs,
                         });
                     }
-                    4 | 5 => self.preempt(pr, req, &reg, sa_key, scope, kind_, uas)?,
+                    4 | 5 => self.preempt(pr, req, &reg, p, uas)?,
                     _ => self.register_and_move(pr, data, &reg, sa_key)?,
                 }
             }
@@ -384,11 +384,10 @@ impl LogicalUnit {
         pr: &mut PrState,
         req: &ScsiRequest<'_>,
         me: &Registration,
-        sa_key: u64,
-        scope: u8,
-        kind_: u8,
+        p: &OutParams,
         uas: &mut Vec<UaIntent>,
     ) -> Result<(), PrError> {
+        let (sa_key, scope, kind_) = (p.sa_key, p.scope, p.kind_);
         let me_id = req.nexus.id;
         let res = pr.reservation.clone();
         let removed: Vec<Registration>;

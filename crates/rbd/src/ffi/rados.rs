@@ -207,14 +207,19 @@ impl Drop for ObjectIo {
     }
 }
 
+/// Called with a notification's payload.
+pub type OnNotify = Box<dyn Fn(&[u8]) + Send + Sync>;
+/// Called with the (negative) error that broke a watch.
+pub type OnError = Box<dyn Fn(i32) + Send + Sync>;
+
 /// What a watch calls: with each notification's payload (the notification is acknowledged
 /// when it returns), and with the error that broke the watch.
 struct WatchCtx {
     api: &'static ObjApi,
     io: Handle,
     oid: CString,
-    on_notify: Box<dyn Fn(&[u8]) + Send + Sync>,
-    on_error: Box<dyn Fn(i32) + Send + Sync>,
+    on_notify: OnNotify,
+    on_error: OnError,
 }
 
 extern "C" fn watch_cb(
@@ -268,11 +273,7 @@ unsafe impl Send for Watch {}
 unsafe impl Sync for Watch {}
 
 impl Watch {
-    pub fn new(
-        obj: &ObjectIo,
-        on_notify: Box<dyn Fn(&[u8]) + Send + Sync>,
-        on_error: Box<dyn Fn(i32) + Send + Sync>,
-    ) -> Result<Watch, Error> {
+    pub fn new(obj: &ObjectIo, on_notify: OnNotify, on_error: OnError) -> Result<Watch, Error> {
         let io = obj.pool.new_ioctx()?;
         let ctx = Box::into_raw(Box::new(WatchCtx {
             api: obj.api,
