@@ -191,6 +191,22 @@ fn reservations_hold_across_gateways() {
         assert_eq!(pr_out(&h2, 3, 0, 0x2222, 0).await, 0, "CLEAR");
         assert_eq!(write(&h1).await, 0);
         assert_eq!(write(&h3).await, 0);
-        assert_eq!(keys(&h3).await.1, Vec::<u64>::new());
+        let (gen0, none) = keys(&h3).await;
+        assert_eq!(none, Vec::<u64>::new());
+
+        // Both hosts change their registrations at once through different gateways: every
+        // change lands (compare-and-set, the loser redoes it on the winner's state).
+        for round in 1..=10u64 {
+            let (k1, k2) = (0x1000 + round, 0x2000 + round);
+            let (r1, r2) = tokio::join!(pr_out(&h1, 6, 0, 0, k1), pr_out(&h2, 6, 0, 0, k2));
+            assert_eq!((r1, r2), (0, 0), "round {round}");
+            let (gen_a, mut keys_a) = keys(&h1).await;
+            keys_a.sort_unstable();
+            assert_eq!(keys_a, vec![k1, k2], "round {round}");
+            assert_eq!(gen_a, gen0 + 2 * round as u32, "round {round}");
+            let (gen_b, mut keys_b) = keys(&h2).await;
+            keys_b.sort_unstable();
+            assert_eq!((gen_b, keys_b), (gen_a, keys_a), "round {round}");
+        }
     });
 }
