@@ -77,7 +77,8 @@ pub struct LogicalUnit {
 }
 
 impl LogicalUnit {
-    /// Creates a logical unit; loads persisted reservations from `cfg.pr_file` if it exists.
+    /// Creates a logical unit; loads persisted reservations from `cfg.pr_file` if it exists,
+    /// or from `cfg.pr_store` (and subscribes to its changes).
     pub fn new(cfg: LunConfig, tpgs: Arc<TargetPortGroups>) -> Result<Self, Error> {
         if cfg.block_size != 512 && cfg.block_size != 4096 {
             return Err(Error::Config(format!(
