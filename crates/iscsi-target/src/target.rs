@@ -192,6 +192,17 @@ fn lu_over(
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
+    // RBD LUNs: reservations live in a RADOS object beside the image, shared by every gateway
+    // (no local file stands for state that several gateways share).
+    let pr_store: Option<Arc<dyn scsi::PrStore>> = match &lun.rbd {
+        Some(source) => Some(Arc::new(lanes_rbd::RadosPrStore::open(source).map_err(
+            |e| BuildError::Rbd {
+                image: source.spec(),
+                source: e,
+            },
+        )?)),
+        None => None,
+    };
     let lu_config = scsi::LunConfig {
         device,
         block_size: lun.block_size,
@@ -202,9 +213,8 @@ fn lu_over(
         revision: product_revision(),
         read_only: lun.read_only,
         write_cache: lun.write_cache,
-        // RBD LUNs: reservations are not persisted in this release (no local file stands for
-        // state that several gateways share).
         pr_file: lun.rbd.is_none().then(|| pr_file.into()),
+        pr_store,
         thin: true,
     };
     let unit =
@@ -322,6 +332,7 @@ mod tests {
             read_only: false,
             write_cache: true,
             pr_file: None,
+            pr_store: None,
             thin: true,
         };
         Arc::new(scsi::LogicalUnit::new(config, tpgs).unwrap())

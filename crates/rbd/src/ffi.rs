@@ -11,6 +11,9 @@ use libloading::Library;
 
 use crate::{errno_text, Error};
 
+mod rados;
+pub use rados::{ObjectIo, Watch};
+
 pub type Handle = *mut c_void;
 
 type Create = unsafe extern "C" fn(*mut Handle, *const c_char) -> c_int;
@@ -146,6 +149,8 @@ pub struct Pool {
     api: &'static Api,
     cluster: Handle,
     ioctx: Handle,
+    /// The pool's name (more I/O contexts on it are made from this).
+    name: CString,
 }
 
 // librados handles may be used from any thread.
@@ -173,6 +178,7 @@ impl Pool {
             api,
             cluster,
             ioctx: std::ptr::null_mut(),
+            name: cstring(pool, "pool name")?,
         };
         let path = cstring(conf, "Ceph configuration path")?;
         // SAFETY: `cluster` was created above and is not shut down yet.
@@ -192,16 +198,20 @@ impl Pool {
         }
         // SAFETY: as above.
         check(unsafe { (api.connect)(me.cluster) }, "rados_connect", conf)?;
-        let name = cstring(pool, "pool name")?;
-        let mut ioctx: Handle = std::ptr::null_mut();
-        // SAFETY: connected cluster; valid out pointer.
-        check(
-            unsafe { (api.ioctx_create)(me.cluster, name.as_ptr(), &mut ioctx) },
-            "rados_ioctx_create",
-            pool,
-        )?;
-        me.ioctx = ioctx;
+        me.ioctx = me.new_ioctx()?;
         Ok(me)
+    }
+
+    /// Another I/O context on the pool (the caller destroys it, before the pool drops).
+    fn new_ioctx(&self) -> Result<Handle, Error> {
+        let mut ioctx: Handle = std::ptr::null_mut();
+        // SAFETY: connected cluster; the name outlives the call; valid out pointer.
+        check(
+            unsafe { (self.api.ioctx_create)(self.cluster, self.name.as_ptr(), &mut ioctx) },
+            "rados_ioctx_create",
+            &self.name.to_string_lossy(),
+        )?;
+        Ok(ioctx)
     }
 }
 

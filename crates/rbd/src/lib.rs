@@ -9,11 +9,17 @@
 //! Several gateways may write one image at once only without the exclusive-lock feature (with
 //! it, librbd passes the lock back and forth between writers); [`RbdDevice::open`] refuses an
 //! image that has it, naming the command that disables it.
+//!
+//! [`RadosPrStore`] keeps a LUN's persistent reservations in a RADOS object beside the image,
+//! shared by every gateway (compare-and-set on the object's version, watch/notify to tell the
+//! others).
 
 mod device;
 mod ffi;
+mod pr_store;
 
 pub use device::{RbdDevice, RbdSource};
+pub use pr_store::{pr_object_name, RadosPrStore};
 
 /// Why an image could not be opened or used.
 #[derive(Debug, thiserror::Error)]

@@ -2,8 +2,9 @@
 //! loopback address of its own). Root only.
 
 use blockstore::BlockDevice;
-use lanes_rbd::{Error, RbdDevice, RbdSource};
+use lanes_rbd::{Error, RadosPrStore, RbdDevice, RbdSource};
 use lanes_test_support::ceph::Cluster;
+use scsi::{PrStore, StoreResult};
 
 fn source(cluster: &Cluster, image: &str) -> RbdSource {
     RbdSource {
@@ -118,4 +119,46 @@ fn two_gateways_share_an_image_and_exclusive_lock_is_refused() {
         .err()
         .expect("no such image");
     assert!(err.to_string().contains("missing"), "{err}");
+
+    shared_reservation_object(&cluster);
+}
+
+/// Two gateways' reservation stores over one object: compare-and-set on the object's version
+/// (an older or a newer version is refused), and an announcement that returns only once the
+/// other gateway has taken it.
+fn shared_reservation_object(cluster: &Cluster) {
+    let src = source(cluster, "shared");
+    let a = RadosPrStore::open(&src).expect("store on gateway a");
+    let b = RadosPrStore::open(&src).expect("store on gateway b");
+    let (text, v0) = a.load().unwrap();
+    assert_eq!(text, None, "created empty");
+    assert!(v0 > 0);
+    assert_eq!(b.load().unwrap(), (None, v0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    b.subscribe(Box::new(move |text, version| {
+        let _ = tx.send((text.map(str::to_string), version));
+    }));
+    a.subscribe(Box::new(|_, _| {}));
+
+    let v1 = match a.store_if(v0, "lanes-pr 1\ngeneration 1\n").unwrap() {
+        StoreResult::Stored(v) => v,
+        StoreResult::Conflict => panic!("the version just read was refused"),
+    };
+    assert!(v1 > v0);
+    assert_eq!(b.store_if(v0, "stale").unwrap(), StoreResult::Conflict);
+    assert_eq!(b.store_if(v1 + 10, "ahead").unwrap(), StoreResult::Conflict);
+    assert_eq!(
+        b.load().unwrap(),
+        (Some("lanes-pr 1\ngeneration 1\n".to_string()), v1)
+    );
+    a.announce(v1, "lanes-pr 1\ngeneration 1\n").unwrap();
+    assert_eq!(
+        rx.try_recv()
+            .expect("b took the announcement before it returned"),
+        (Some("lanes-pr 1\ngeneration 1\n".to_string()), v1)
+    );
+    // Dropping b removes its watch: the next announcement neither waits for it nor reaches it.
+    drop(b);
+    a.announce(v1, "lanes-pr 1\ngeneration 1\n").unwrap();
+    assert!(rx.try_recv().is_err());
 }

@@ -19,6 +19,7 @@ mod mode;
 mod opcodes;
 mod pr;
 mod pr_out;
+mod pr_store;
 pub mod sense;
 mod ua;
 mod xcopy;
@@ -27,6 +28,7 @@ pub use alua::{AluaState, PortGroup, TargetPortGroups};
 pub use cdb::{decode_cdb, BlockRange, Command};
 pub use lun::{LogicalUnit, LunConfig};
 pub use lunmap::LunMap;
+pub use pr_store::{PrChangeFn, PrStore, StoreResult};
 pub use sense::{status, Sense};
 
 use std::sync::Arc;

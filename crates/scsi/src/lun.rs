@@ -38,8 +38,11 @@ pub struct LunConfig {
     pub read_only: bool,
     /// Initial WCE (write cache enabled); when clear every write is flushed before GOOD.
     pub write_cache: bool,
-    /// Where reservations with APTPL persist; `None` disables APTPL.
+    /// Where reservations with APTPL persist; `None` disables APTPL (unless `pr_store`).
     pub pr_file: Option<PathBuf>,
+    /// Reservation state shared with the other gateways of this logical unit; when set it
+    /// replaces `pr_file` (see [`crate::PrStore`]).
+    pub pr_store: Option<Arc<dyn crate::PrStore>>,
     /// Thin provisioning (UNMAP, WRITE SAME with UNMAP, GET LBA STATUS).
     pub thin: bool,
 }
@@ -63,7 +66,9 @@ pub struct LogicalUnit {
     pub(crate) wce: AtomicBool,
     pub(crate) ua: UnitAttentions,
     alua_seen: AtomicU64,
-    pub(crate) pr: PrLock,
+    pub(crate) pr: Arc<PrLock>,
+    /// Serialises this gateway's PERSISTENT RESERVE OUT commands against a shared store.
+    pub(crate) pr_out_lock: Mutex<()>,
     pub(crate) caw: CawLocks,
     prevent: Mutex<HashSet<u64>>,
     pub(crate) copy: crate::xcopy::CopyManager,
@@ -72,7 +77,8 @@ pub struct LogicalUnit {
 }
 
 impl LogicalUnit {
-    /// Creates a logical unit; loads persisted reservations from `cfg.pr_file` if it exists.
+    /// Creates a logical unit; loads persisted reservations from `cfg.pr_file` if it exists,
+    /// or from `cfg.pr_store` (and subscribes to its changes).
     pub fn new(cfg: LunConfig, tpgs: Arc<TargetPortGroups>) -> Result<Self, Error> {
         if cfg.block_size != 512 && cfg.block_size != 4096 {
             return Err(Error::Config(format!(
@@ -88,19 +94,22 @@ impl LogicalUnit {
             Some(p) => PrState::load(p)?,
             None => PrState::default(),
         };
-        Ok(Self {
+        let lu = Self {
             wce: AtomicBool::new(cfg.write_cache),
             cfg,
             blocks: AtomicU64::new(blocks),
             alua_seen: AtomicU64::new(tpgs.generation()),
             tpgs,
             ua: UnitAttentions::default(),
-            pr: PrLock::new(pr),
+            pr: Arc::new(PrLock::new(pr)),
+            pr_out_lock: Mutex::new(()),
             caw: CawLocks::default(),
             prevent: Mutex::new(HashSet::new()),
             copy: Default::default(),
             peers: RwLock::new(Vec::new()),
-        })
+        };
+        lu.attach_pr_store()?;
+        Ok(lu)
     }
 
     /// Number of logical blocks.

@@ -70,6 +70,9 @@ pub(crate) struct PrState {
     pub aptpl: bool,
     /// SPC-2 RESERVE holder (nexus id); not persistent.
     pub legacy_holder: Option<u64>,
+    /// With a shared store: the store's version this state was read from or written as
+    /// (0 before the first load).
+    pub store_version: u64,
 }
 
 /// How a command is treated by the conflict table.
@@ -185,6 +188,12 @@ impl PrState {
         s
     }
 
+    /// [`Self::to_text`] plus the APTPL bit, for a shared store (where the state is kept
+    /// whatever APTPL says, and the bit is only reported).
+    pub fn to_shared_text(&self) -> String {
+        format!("{}aptpl {}\n", self.to_text(), u8::from(self.aptpl))
+    }
+
     fn parse_reg(words: &[&str]) -> Option<Registration> {
         let [key, isid, rel, all, name] = words else {
             return None;
@@ -228,6 +237,7 @@ impl PrState {
                         holder: Self::parse_reg(rest)?,
                     })
                 }
+                ["aptpl", a] => st.aptpl = *a == "1",
                 [""] => {}
                 _ => return None,
             }
@@ -299,6 +309,10 @@ pub(crate) fn transport_id(r: &Registration) -> Vec<u8> {
 
 impl LogicalUnit {
     pub(crate) fn pr_in(&self, action: u8, alloc: u32, out: &mut BytesMut) -> Result<(), Sense> {
+        if let Err(e) = self.refresh_pr() {
+            tracing::warn!("persistent reservation state: {e}");
+            return Err(Sense::internal_failure());
+        }
         let pr = self.pr.read();
         let mut b = Vec::new();
         b.extend_from_slice(&pr.generation.to_be_bytes());
@@ -326,7 +340,8 @@ impl LogicalUnit {
                 b.clear();
                 b.extend_from_slice(&8u16.to_be_bytes());
                 // CRH=1, SIP_C, ATP_C, PTPL_C (if a file is configured).
-                b.push(0x10 | 0x08 | 0x04 | u8::from(self.cfg.pr_file.is_some()));
+                let ptpl = self.cfg.pr_file.is_some() || self.cfg.pr_store.is_some();
+                b.push(0x10 | 0x08 | 0x04 | u8::from(ptpl));
                 // TMV, ALLOW COMMANDS = 001b, PTPL_A.
                 b.push(0x80 | 0x10 | u8::from(pr.aptpl));
                 b.push(0x80 | 0x40 | 0x20 | 0x08 | 0x02);
@@ -404,6 +419,38 @@ impl PrLock {
         let lock = PrLock::default();
         *lock.write() = state;
         lock
+    }
+
+    /// Takes a newer state from a shared store: registrations, reservation, generation and
+    /// APTPL are replaced (the SPC-2 RESERVE holder stays this gateway's own) when `version`
+    /// is newer than the one held. `None` text is an empty state; unparsable text is refused.
+    pub fn install(&self, text: Option<&str>, version: u64) -> bool {
+        let new = match text {
+            None | Some("") => PrState::default(),
+            Some(t) => match PrState::from_text(t) {
+                Some(st) => st,
+                None => {
+                    tracing::warn!("shared reservation state (version {version}) is unparsable");
+                    return false;
+                }
+            },
+        };
+        self.install_state(new, version)
+    }
+
+    /// As [`Self::install`], with the state already parsed.
+    pub fn install_state(&self, new: PrState, version: u64) -> bool {
+        let mut g = self.write();
+        if version <= g.store_version {
+            return false;
+        }
+        let legacy = g.legacy_holder;
+        *g = PrState {
+            legacy_holder: legacy,
+            store_version: version,
+            ..new
+        };
+        true
     }
 
     pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, PrState> {

@@ -69,6 +69,29 @@ fn parse_transport_id(d: &[u8], at: usize) -> Result<(String, Option<[u8; 6]>, u
     }
 }
 
+/// A decoded PERSISTENT RESERVE OUT.
+pub(crate) struct OutParams {
+    pub action: u8,
+    pub scope: u8,
+    pub kind_: u8,
+    pub param_len: u32,
+    pub res_key: u64,
+    pub sa_key: u64,
+    pub aptpl: bool,
+    pub spec_i_pt: bool,
+    pub all_tg_pt: bool,
+    pub data: Vec<u8>,
+}
+
+/// A unit attention to raise once a change is committed: on every nexus but `except` that
+/// one of `regs` matches.
+pub(crate) struct UaIntent {
+    asc: u8,
+    ascq: u8,
+    except: u64,
+    regs: Vec<Registration>,
+}
+
 impl LogicalUnit {
     pub(crate) fn pr_out(
         &self,
@@ -99,26 +122,79 @@ impl LogicalUnit {
         if data.len() < param_len as usize || param_len < 24 {
             return Err(Sense::param_list_length().into());
         }
-        let res_key = be64(&data, 0);
-        let sa_key = be64(&data, 8);
         let flags = if move_ {
             data.get(17).copied().unwrap_or(0)
         } else {
             data.get(20).copied().unwrap_or(0)
         };
-        let aptpl = flags & 1 != 0;
-        let spec_i_pt = !move_ && flags & 0x08 != 0;
-        let all_tg_pt = !move_ && flags & 0x04 != 0;
-        if !spec_i_pt && !move_ && param_len != 24 {
+        let p = OutParams {
+            action,
+            scope,
+            kind_,
+            param_len,
+            res_key: be64(&data, 0),
+            sa_key: be64(&data, 8),
+            aptpl: flags & 1 != 0,
+            spec_i_pt: !move_ && flags & 0x08 != 0,
+            all_tg_pt: !move_ && flags & 0x04 != 0,
+            data,
+        };
+        if !p.spec_i_pt && !move_ && param_len != 24 {
             return Err(Sense::param_list_length().into());
         }
-        if aptpl && self.cfg.pr_file.is_none() {
+        if p.aptpl && self.cfg.pr_file.is_none() && self.cfg.pr_store.is_none() {
             return Err(Sense::invalid_param(20, Some(0)).into());
         }
         self.ua.ensure(req.nexus);
-        let me = NexusIdentity::of(req.nexus);
+        if let Some(store) = &self.cfg.pr_store {
+            return self.pr_out_shared(store.as_ref(), req, &p);
+        }
         let mut pr = self.pr.write();
         let before = pr.clone();
+        let mut uas = Vec::new();
+        self.pr_apply(&mut pr, req, &p, &mut uas)?;
+        if let Some(path) = &self.cfg.pr_file {
+            if (pr.aptpl || before.aptpl) && pr.persist(path).is_err() {
+                *pr = before;
+                return Err(Sense::internal_failure().into());
+            }
+        }
+        drop(pr);
+        self.raise_pr_uas(uas);
+        Ok(())
+    }
+
+    /// Raises the unit attentions a committed PERSISTENT RESERVE OUT calls for.
+    pub(crate) fn raise_pr_uas(&self, uas: Vec<UaIntent>) {
+        for u in uas {
+            self.ua.raise_where(u.asc, u.ascq, |id, who| {
+                id != u.except && u.regs.iter().any(|x| x.matches(who))
+            });
+        }
+    }
+
+    /// Applies one PERSISTENT RESERVE OUT to `pr`; the unit attentions it calls for are added
+    /// to `uas`, to be raised once the change is committed.
+    pub(crate) fn pr_apply(
+        &self,
+        pr: &mut PrState,
+        req: &ScsiRequest<'_>,
+        p: &OutParams,
+        uas: &mut Vec<UaIntent>,
+    ) -> Result<(), PrError> {
+        let OutParams {
+            action,
+            scope,
+            kind_,
+            param_len,
+            res_key,
+            sa_key,
+            aptpl,
+            spec_i_pt,
+            all_tg_pt,
+            ref data,
+        } = *p;
+        let me = NexusIdentity::of(req.nexus);
         let mine = pr.find(&me).cloned();
         match action {
             0 | 6 => {
@@ -141,7 +217,7 @@ impl LogicalUnit {
                                     return Err(Sense::invalid_param(20, Some(3)).into());
                                 }
                                 new.extend(self.spec_i_pt_list(
-                                    &data,
+                                    data,
                                     param_len,
                                     sa_key,
                                     me.rel_port,
@@ -163,7 +239,7 @@ impl LogicalUnit {
                             return Err(Sense::invalid_param(20, Some(3)).into());
                         }
                         if sa_key == 0 {
-                            self.unregister(&mut pr, reg, req.nexus.id);
+                            self.unregister(pr, reg, req.nexus.id, uas);
                         } else {
                             for r in pr.regs.iter_mut().filter(|r| r.same_nexus(reg)) {
                                 r.key = sa_key;
@@ -215,9 +291,11 @@ impl LogicalUnit {
                                 }
                                 pr.reservation = None;
                                 if kind::registrants_only(r.kind) {
-                                    let regs = pr.regs.clone();
-                                    self.ua.raise_where(0x2A, 0x04, |id, who| {
-                                        id != req.nexus.id && regs.iter().any(|x| x.matches(who))
+                                    uas.push(UaIntent {
+                                        asc: 0x2A,
+                                        ascq: 0x04,
+                                        except: req.nexus.id,
+                                        regs: pr.regs.clone(),
                                     });
                                 }
                             }
@@ -227,26 +305,23 @@ impl LogicalUnit {
                         let regs = std::mem::take(&mut pr.regs);
                         pr.reservation = None;
                         pr.generation = pr.generation.wrapping_add(1);
-                        self.ua.raise_where(0x2A, 0x03, |id, who| {
-                            id != req.nexus.id && regs.iter().any(|x| x.matches(who))
+                        uas.push(UaIntent {
+                            asc: 0x2A,
+                            ascq: 0x03,
+                            except: req.nexus.id,
+                            regs,
                         });
                     }
-                    4 | 5 => self.preempt(&mut pr, req, &reg, sa_key, scope, kind_)?,
-                    _ => self.register_and_move(&mut pr, &data, &reg, sa_key)?,
+                    4 | 5 => self.preempt(pr, req, &reg, p, uas)?,
+                    _ => self.register_and_move(pr, data, &reg, sa_key)?,
                 }
             }
             _ => return Err(Sense::invalid_cdb(1, Some(4)).into()),
         }
-        if let Some(path) = &self.cfg.pr_file {
-            if (pr.aptpl || before.aptpl) && pr.persist(path).is_err() {
-                *pr = before;
-                return Err(Sense::internal_failure().into());
-            }
-        }
         Ok(())
     }
 
-    fn unregister(&self, pr: &mut PrState, reg: &Registration, me: u64) {
+    fn unregister(&self, pr: &mut PrState, reg: &Registration, me: u64, uas: &mut Vec<UaIntent>) {
         let holder = pr
             .reservation
             .as_ref()
@@ -263,9 +338,11 @@ impl LogicalUnit {
         if release {
             pr.reservation = None;
             if kind::registrants_only(res.kind) && !kind::all_registrants(res.kind) {
-                let regs = pr.regs.clone();
-                self.ua.raise_where(0x2A, 0x04, |id, who| {
-                    id != me && regs.iter().any(|x| x.matches(who))
+                uas.push(UaIntent {
+                    asc: 0x2A,
+                    ascq: 0x04,
+                    except: me,
+                    regs: pr.regs.clone(),
                 });
             }
         }
@@ -307,10 +384,10 @@ impl LogicalUnit {
         pr: &mut PrState,
         req: &ScsiRequest<'_>,
         me: &Registration,
-        sa_key: u64,
-        scope: u8,
-        kind_: u8,
+        p: &OutParams,
+        uas: &mut Vec<UaIntent>,
     ) -> Result<(), PrError> {
+        let (sa_key, scope, kind_) = (p.sa_key, p.scope, p.kind_);
         let me_id = req.nexus.id;
         let res = pr.reservation.clone();
         let removed: Vec<Registration>;
@@ -364,8 +441,11 @@ impl LogicalUnit {
             }
         }
         pr.generation = pr.generation.wrapping_add(1);
-        self.ua.raise_where(0x2A, 0x03, |id, who| {
-            id != me_id && removed.iter().any(|x| x.matches(who))
+        uas.push(UaIntent {
+            asc: 0x2A,
+            ascq: 0x03,
+            except: me_id,
+            regs: removed,
         });
         Ok(())
     }

@@ -2,6 +2,7 @@
 
 mod inventory;
 mod reservations;
+mod shared_pr;
 
 use crate::*;
 use blockstore::{BlockDevice, FileDevice, MemoryDevice};
@@ -32,6 +33,7 @@ fn config(dev: Arc<dyn BlockDevice>) -> LunConfig {
         read_only: false,
         write_cache: true,
         pr_file: None,
+        pr_store: None,
         thin: true,
     }
 }

@@ -1,0 +1,135 @@
+//! Persistent reservations shared by several targets that export one logical unit (gateways
+//! over one RBD image): the state lives in a [`PrStore`], changed by compare-and-set on the
+//! store's version, and every gateway is told of each change before the PERSISTENT RESERVE
+//! OUT that made it completes, so each gateway's conflict check stays local and current.
+
+use crate::lun::LogicalUnit;
+use crate::pr::PrState;
+use crate::pr_out::{OutParams, PrError, UaIntent};
+use crate::sense::Sense;
+use crate::ScsiRequest;
+use std::io;
+
+/// What [`PrStore::store_if`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreResult {
+    /// Written; the store's version is now this.
+    Stored(u64),
+    /// The store's version was not the one given: somebody else changed it first.
+    Conflict,
+}
+
+/// Called with the state text and version another gateway announced.
+pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) + Send + Sync>;
+
+/// Reservation state shared by every gateway of a logical unit.
+pub trait PrStore: Send + Sync {
+    /// The current state text (`None`: nothing stored yet) and its version.
+    fn load(&self) -> io::Result<(Option<String>, u64)>;
+    /// Replaces the state with `text` if the store's version is still `version`.
+    fn store_if(&self, version: u64, text: &str) -> io::Result<StoreResult>;
+    /// Tells every other gateway that the state changed to `text` at `version`, and returns
+    /// once they have taken it (or a timeout passed, which is an error).
+    fn announce(&self, version: u64, text: &str) -> io::Result<()>;
+    /// Registers what to call when a change is announced (once, when the logical unit is
+    /// created); each gateway's call must have taken the state before it acknowledges.
+    fn subscribe(&self, on_change: PrChangeFn);
+}
+
+/// How often a PERSISTENT RESERVE OUT reloads and redoes its change after losing a race with
+/// another gateway before it gives up.
+pub(crate) const STORE_ATTEMPTS: usize = 8;
+
+/// Parses stored state text (`None` or empty: no state).
+fn parse(text: Option<&str>) -> Option<PrState> {
+    match text {
+        None | Some("") => Some(PrState::default()),
+        Some(t) => PrState::from_text(t),
+    }
+}
+
+impl LogicalUnit {
+    /// Creates the link to the store: loads its state and subscribes to changes.
+    pub(crate) fn attach_pr_store(&self) -> Result<(), crate::Error> {
+        let Some(store) = &self.cfg.pr_store else {
+            return Ok(());
+        };
+        let weak = std::sync::Arc::downgrade(&self.pr);
+        store.subscribe(Box::new(move |text, version| {
+            if let Some(pr) = weak.upgrade() {
+                pr.install(text, version);
+            }
+        }));
+        self.refresh_pr()
+            .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))
+    }
+
+    /// Reads the store's latest state into the logical unit.
+    pub(crate) fn refresh_pr(&self) -> io::Result<()> {
+        let Some(store) = &self.cfg.pr_store else {
+            return Ok(());
+        };
+        let (text, version) = store.load()?;
+        let st = parse(text.as_deref()).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "unparsable reservation state")
+        })?;
+        self.pr.install_state(st, version);
+        Ok(())
+    }
+
+    /// PERSISTENT RESERVE OUT against the shared store: load, apply, compare-and-set, and on
+    /// success announce to every gateway before completing.
+    pub(crate) fn pr_out_shared(
+        &self,
+        store: &dyn PrStore,
+        req: &ScsiRequest<'_>,
+        p: &OutParams,
+    ) -> Result<(), PrError> {
+        // One change at a time from this gateway; the state lock itself is held only briefly,
+        // so announcements from other gateways are taken while this one waits on the store.
+        let _one = self.pr_out_lock.lock();
+        let failed = |what: &str, e: io::Error| {
+            tracing::warn!("persistent reservation {what}: {e}");
+            PrError::Sense(Sense::internal_failure())
+        };
+        for _ in 0..STORE_ATTEMPTS {
+            let (text, version) = store.load().map_err(|e| failed("load", e))?;
+            let base = parse(text.as_deref()).ok_or_else(|| {
+                failed(
+                    "load",
+                    io::Error::new(io::ErrorKind::InvalidData, "unparsable state"),
+                )
+            })?;
+            self.pr.install_state(base.clone(), version);
+            let mut work = PrState {
+                legacy_holder: self.pr.read().legacy_holder,
+                ..base.clone()
+            };
+            let mut uas: Vec<UaIntent> = Vec::new();
+            self.pr_apply(&mut work, req, p, &mut uas)?;
+            let new_text = work.to_shared_text();
+            if text.is_some() && new_text == base.to_shared_text() {
+                return Ok(());
+            }
+            match store
+                .store_if(version, &new_text)
+                .map_err(|e| failed("store", e))?
+            {
+                StoreResult::Conflict => continue,
+                StoreResult::Stored(new_version) => {
+                    self.pr.install_state(work, new_version);
+                    self.raise_pr_uas(uas);
+                    if let Err(e) = store.announce(new_version, &new_text) {
+                        tracing::warn!(
+                            "persistent reservation change {new_version} stored, but not \
+                             every gateway acknowledged it: {e}"
+                        );
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        tracing::warn!("persistent reservation: {STORE_ATTEMPTS} attempts lost to other gateways");
+        Err(PrError::Sense(Sense::internal_failure()))
+    }
+}
