@@ -130,10 +130,14 @@ fn sessions_per_initiator_are_bounded() {
 #[test]
 fn the_cmdsn_window_is_commands_per_session() {
     let server = server_with("commands-per-session = 8");
-    let mut c = Conn::login_to(server.addr(), &LoginOpts::normal());
-    // The final Login Response offers the window with nothing in flight.
+    // The final Login Response offers the window with nothing in flight (read before any
+    // command: `login_to` would clear unit attentions with TEST UNIT READYs first, whose
+    // responses may be built while their own command still holds a slot).
+    let mut c = Conn::connect(server.addr());
+    c.login(&LoginOpts::normal()).expect("login");
     let window = c.max_cmd_sn.wrapping_sub(c.exp_cmd_sn).wrapping_add(1);
     assert_eq!(window, 8, "MaxCmdSN - ExpCmdSN + 1 at login");
+    c.clear_unit_attentions();
     assert_eq!(c.tur().0, 0);
     // A response may be built while its own command still holds a slot: never more than 8.
     let window = c.max_cmd_sn.wrapping_sub(c.exp_cmd_sn).wrapping_add(1);
