@@ -26,7 +26,7 @@ cleanup() {
     local status=$?
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    cp -f "$work"/*.log "$out/" 2>/dev/null || true
+    cp -f "$work"/*.log "$work"/node*.out "$out/" 2>/dev/null || true
     rm -rf "$work"
     exit "$status"
 }
@@ -96,7 +96,7 @@ echo "pair-conformance: node 1 on 127.0.0.1:$p1 and node 2 on 127.0.0.2:$p2 are 
 
 started=$SECONDS
 rc=0
-timeout -k 10 "$timeout_s" iscsi-test-cu --dataloss \
+timeout -k 10 "$timeout_s" iscsi-test-cu --dataloss ${LANES_PAIR_TESTS:+--test="$LANES_PAIR_TESTS"} \
     --initiator-name=iqn.2026-11.io.lanes.test:pair-a --initiator-name-2=iqn.2026-11.io.lanes.test:pair-b \
     "iscsi://127.0.0.1:$p1/$iqn/0" "iscsi://127.0.0.2:$p2/$iqn/0" >"$work/iscsi-test-cu.log" 2>&1 || rc=$?
 echo "iscsi-test-cu exited $rc after $((SECONDS - started)) s"
