@@ -1,0 +1,235 @@
+//! QUERY_DIRECTORY: a directory's entries matched against the client's pattern (`*`, `?` and
+//! the DOS wildcards `<`, `>`, `"`, case-insensitive), listed once per scan and handed out in
+//! buffer-sized pieces.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::sync::Arc;
+
+use smb_proto::msg::info::{
+    QUERY_DIRECTORY_REOPEN, QUERY_DIRECTORY_RESTART_SCANS, QUERY_DIRECTORY_RETURN_SINGLE_ENTRY,
+};
+use smb_proto::msg::{Message as _, QueryDirectoryRequest, QueryDirectoryResponse};
+use smb_proto::NtStatus;
+
+use super::info::{allocation, attributes, end_of_file, file_times};
+use super::open::Open;
+use super::status;
+use crate::conn::Reply;
+use crate::dispatch::Ctx;
+use crate::wire::{pad8, patch_u32, put_u16, put_u32, put_u64, put_utf16};
+
+pub struct Entry {
+    name: String,
+    meta: std::fs::Metadata,
+}
+
+/// One scan of a directory: its matching entries and how far the client got.
+pub struct Listing {
+    entries: Vec<Entry>,
+    next: usize,
+}
+
+/// Wildcard match, case-insensitive (MS-FSA 2.1.4.4, without 8.3 names).
+pub fn matches(pattern: &[char], name: &[char]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((&'*', rest)) | Some((&'<', rest)) => {
+            (0..=name.len()).any(|i| name.get(i..).is_some_and(|n| matches(rest, n)))
+        }
+        Some((&'?', rest)) | Some((&'>', rest)) => match name.split_first() {
+            Some((_, n)) => matches(rest, n),
+            None => pattern.iter().all(|c| *c == '>' || *c == '"' || *c == '*'),
+        },
+        Some((&'"', rest)) => match name.split_first() {
+            Some(('.', n)) => matches(rest, n),
+            _ => matches(rest, name),
+        },
+        Some((p, rest)) => match name.split_first() {
+            Some((c, n)) => (c == p || c.to_lowercase().eq(p.to_lowercase())) && matches(rest, n),
+            None => false,
+        },
+    }
+}
+
+fn scan(open: &Open, pattern: &str) -> Result<Listing, NtStatus> {
+    let path = open.path.lock().clone();
+    let pat: Vec<char> = pattern.chars().collect();
+    let mut entries = Vec::new();
+    let at_root = path == open.share.root;
+    for dot in [".", ".."] {
+        if matches(&pat, &dot.chars().collect::<Vec<_>>()) {
+            let p = if dot == ".." && !at_root {
+                path.join("..")
+            } else {
+                path.clone()
+            };
+            if let Ok(meta) = std::fs::metadata(&p) {
+                entries.push(Entry {
+                    name: dot.to_string(),
+                    meta,
+                });
+            }
+        }
+    }
+    let rd = std::fs::read_dir(&path).map_err(|e| super::io_status(&e))?;
+    let mut rest: Vec<Entry> = Vec::new();
+    for e in rd.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let chars: Vec<char> = name.chars().collect();
+        if !matches(&pat, &chars) {
+            continue;
+        }
+        // Symlinks are listed by what they point at, and only when that stays in the share.
+        let meta = match e.metadata() {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(e.path()) {
+                Ok(t) if t.starts_with(&open.share.root) => match std::fs::metadata(&t) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                },
+                _ => continue,
+            },
+            Ok(m) => m,
+            Err(_) => continue,
+        };
+        rest.push(Entry { name, meta });
+    }
+    rest.sort_by(|a, b| a.name.cmp(&b.name));
+    entries.extend(rest);
+    Ok(Listing { entries, next: 0 })
+}
+
+pub fn query_directory(
+    _ctx: &Ctx<'_>,
+    open: &Arc<Open>,
+    req: &QueryDirectoryRequest<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Reply, NtStatus> {
+    if !open.is_dir {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
+    let class = req.file_information_class;
+    if !matches!(class, 1 | 2 | 3 | 12 | 37 | 38) {
+        return Err(status::INVALID_INFO_CLASS);
+    }
+    let pattern = req.pattern().map_err(|_| status::OBJECT_NAME_INVALID)?;
+    let pattern = if pattern.is_empty() {
+        "*".to_string()
+    } else {
+        pattern
+    };
+    let mut guard = open.listing.lock();
+    let restart = req.flags & (QUERY_DIRECTORY_RESTART_SCANS | QUERY_DIRECTORY_REOPEN) != 0;
+    let first = guard.is_none() || restart;
+    if first {
+        *guard = Some(scan(open, &pattern)?);
+    }
+    let Some(listing) = guard.as_mut() else {
+        return Err(NtStatus::INVALID_PARAMETER);
+    };
+    if listing.next >= listing.entries.len() {
+        return Err(if first && listing.entries.is_empty() {
+            NtStatus::NO_SUCH_FILE
+        } else {
+            NtStatus::NO_MORE_FILES
+        });
+    }
+    let max = req.output_buffer_length as usize;
+    let single = req.flags & QUERY_DIRECTORY_RETURN_SINGLE_ENTRY != 0;
+    let mut buf = Vec::with_capacity(max.min(64 * 1024));
+    let mut last: Option<usize> = None;
+    while let Some(e) = listing.entries.get(listing.next) {
+        let start = buf.len();
+        if let Some(prev) = last {
+            pad8(&mut buf, prev);
+            let aligned = buf.len();
+            patch_u32(&mut buf, prev, (aligned - prev) as u32);
+        }
+        let at = buf.len();
+        encode_entry(&mut buf, class, e, listing.next as u32);
+        if buf.len() > max {
+            buf.truncate(start);
+            if let Some(prev) = last {
+                patch_u32(&mut buf, prev, 0);
+            }
+            break;
+        }
+        last = Some(at);
+        listing.next += 1;
+        if single {
+            break;
+        }
+    }
+    if last.is_none() {
+        return Err(status::INFO_LENGTH_MISMATCH);
+    }
+    QueryDirectoryResponse { output: &buf }.encode(out);
+    Ok(Reply::ok())
+}
+
+fn encode_entry(out: &mut Vec<u8>, class: u8, e: &Entry, index: u32) {
+    let m = &e.meta;
+    put_u32(out, 0);
+    put_u32(out, index);
+    if class == 12 {
+        let at = out.len();
+        put_u32(out, 0);
+        let n = put_utf16(out, &e.name);
+        patch_u32(out, at, n as u32);
+        return;
+    }
+    let t = file_times(m);
+    put_u64(out, t.creation);
+    put_u64(out, t.last_access);
+    put_u64(out, t.last_write);
+    put_u64(out, t.change);
+    put_u64(out, end_of_file(m));
+    put_u64(out, allocation(m));
+    put_u32(out, attributes(m));
+    let name_len_at = out.len();
+    put_u32(out, 0);
+    if class != 1 {
+        put_u32(out, 0); // EaSize
+    }
+    if class == 3 || class == 37 {
+        out.push(0); // ShortNameLength
+        out.push(0);
+        out.extend_from_slice(&[0; 24]);
+    }
+    if class == 37 {
+        put_u16(out, 0);
+        put_u64(out, m.ino());
+    }
+    if class == 38 {
+        put_u32(out, 0);
+        put_u64(out, m.ino());
+    }
+    let n = put_utf16(out, &e.name);
+    patch_u32(out, name_len_at, n as u32);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, n: &str) -> bool {
+        matches(
+            &p.chars().collect::<Vec<_>>(),
+            &n.chars().collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(m("*", "abc"));
+        assert!(m("*", ""));
+        assert!(m("a?c", "ABC"));
+        assert!(!m("a?c", "ac"));
+        assert!(m("*.txt", "x.TXT"));
+        assert!(!m("*.txt", "x.txt2"));
+        assert!(m("a*b*c", "aXXbYYc"));
+        assert!(m("foo", "FOO"));
+        assert!(!m("foo", "fo"));
+    }
+}

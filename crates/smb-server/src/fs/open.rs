@@ -1,0 +1,365 @@
+//! CREATE and CLOSE: dispositions, directories, share modes between opens, delete-on-close,
+//! and the MxAc and QFid create contexts.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use smb_proto::msg::create::{
+    CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_QUERY_MAXIMAL_ACCESS, CTX_QUERY_ON_DISK_ID,
+};
+use smb_proto::msg::create_ctx::{encode_maximal_access_response, encode_on_disk_id_response};
+use smb_proto::msg::{
+    CloseRequest, CloseResponse, CreateContext, CreateRequest, CreateResponse, FileId, Message as _,
+};
+use smb_proto::NtStatus;
+
+use super::info::{allocation, attributes, file_times};
+use super::{io_status, status};
+use crate::conn::Reply;
+use crate::dispatch::Ctx;
+use crate::state::{FileKey, Server, Share, ShareEntry};
+
+pub const FILE_READ_DATA: u32 = 0x0001;
+pub const FILE_WRITE_DATA: u32 = 0x0002;
+pub const FILE_APPEND_DATA: u32 = 0x0004;
+pub const FILE_EXECUTE: u32 = 0x0020;
+pub const DELETE: u32 = 0x0001_0000;
+const MAXIMUM_ALLOWED: u32 = 0x0200_0000;
+const GENERIC_ALL: u32 = 0x1000_0000;
+const GENERIC_EXECUTE: u32 = 0x2000_0000;
+const GENERIC_WRITE: u32 = 0x4000_0000;
+const GENERIC_READ: u32 = 0x8000_0000;
+/// Rights that change something.
+const WRITE_RIGHTS: u32 = 0x0000_0002
+    | 0x0000_0004
+    | 0x0000_0010
+    | 0x0000_0040
+    | 0x0000_0100
+    | DELETE
+    | 0x0004_0000
+    | 0x0008_0000;
+
+const SHARE_READ: u32 = 1;
+const SHARE_WRITE: u32 = 2;
+const SHARE_DELETE: u32 = 4;
+
+const SUPERSEDE: u32 = 0;
+const OPEN: u32 = 1;
+const CREATE: u32 = 2;
+const OPEN_IF: u32 = 3;
+const OVERWRITE: u32 = 4;
+const OVERWRITE_IF: u32 = 5;
+
+const OPT_DIRECTORY: u32 = 0x0000_0001;
+const OPT_WRITE_THROUGH: u32 = 0x0000_0002;
+const OPT_NON_DIRECTORY: u32 = 0x0000_0040;
+const OPT_DELETE_ON_CLOSE: u32 = 0x0000_1000;
+
+/// An open file or directory.
+pub struct Open {
+    pub persistent: u64,
+    pub volatile: u64,
+    pub tree_id: u32,
+    pub share: Arc<Share>,
+    pub path: Mutex<PathBuf>,
+    /// Share-relative name, `\`-separated.
+    pub name: Mutex<String>,
+    pub file: std::fs::File,
+    pub is_dir: bool,
+    pub access: u32,
+    pub share_access: u32,
+    pub key: FileKey,
+    pub delete_on_close: AtomicBool,
+    pub write_through: bool,
+    pub listing: Mutex<Option<super::dir::Listing>>,
+}
+
+impl Open {
+    pub fn file_id(&self) -> FileId {
+        FileId {
+            persistent: self.persistent,
+            volatile: self.volatile,
+        }
+    }
+    pub fn can_read(&self) -> bool {
+        self.access & (FILE_READ_DATA | FILE_EXECUTE) != 0
+    }
+    pub fn can_write(&self) -> bool {
+        self.access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0
+    }
+}
+
+/// GENERIC_* and MAXIMUM_ALLOWED mapped to file rights (MS-SMB2 3.3.5.9, MS-FSA 2.1.5.1).
+fn map_access(desired: u32, maximal: u32) -> u32 {
+    let mut a = desired & 0x01FF_FFFF & !MAXIMUM_ALLOWED;
+    if desired & GENERIC_READ != 0 {
+        a |= 0x0012_0089;
+    }
+    if desired & GENERIC_WRITE != 0 {
+        a |= 0x0012_0116;
+    }
+    if desired & GENERIC_EXECUTE != 0 {
+        a |= 0x0012_00A0;
+    }
+    if desired & GENERIC_ALL != 0 {
+        a |= 0x001F_01FF;
+    }
+    if desired & MAXIMUM_ALLOWED != 0 {
+        a |= maximal;
+    }
+    a
+}
+
+fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
+    let data = |a: u32| {
+        a & (FILE_READ_DATA | FILE_EXECUTE | FILE_WRITE_DATA | FILE_APPEND_DATA | DELETE) != 0
+    };
+    if !data(new_access) || !data(old.access) {
+        return false;
+    }
+    let denies = |access: u32, share: u32| {
+        (access & (FILE_READ_DATA | FILE_EXECUTE) != 0 && share & SHARE_READ == 0)
+            || (access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 && share & SHARE_WRITE == 0)
+            || (access & DELETE != 0 && share & SHARE_DELETE == 0)
+    };
+    denies(new_access, old.share_access) || denies(old.access, new_share)
+}
+
+pub fn create(
+    ctx: &Ctx<'_>,
+    req: &CreateRequest<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Reply, NtStatus> {
+    let Some(share) = ctx.tree.share.clone() else {
+        // IPC$: no named pipes are served.
+        return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+    };
+    let name = req.name_string().map_err(|_| status::OBJECT_NAME_INVALID)?;
+    let disposition = req.create_disposition;
+    let opts = req.create_options;
+    if disposition > OVERWRITE_IF || (opts & OPT_DIRECTORY != 0 && opts & OPT_NON_DIRECTORY != 0) {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
+    let maximal = if share.read_only {
+        crate::tree::ACCESS_READ_ONLY
+    } else {
+        crate::tree::ACCESS_ALL
+    };
+    let access = map_access(req.desired_access, maximal);
+    if access == 0 && req.desired_access & MAXIMUM_ALLOWED == 0 {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    if opts & OPT_DELETE_ON_CLOSE != 0 && access & DELETE == 0 {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    let creates = !matches!(disposition, OPEN);
+    if share.read_only
+        && (access & WRITE_RIGHTS != 0
+            || (creates && disposition != OPEN_IF)
+            || opts & OPT_DELETE_ON_CLOSE != 0)
+    {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    let r = super::path::resolve(&share.root, &name)?;
+    let want_dir = opts & OPT_DIRECTORY != 0;
+    let (action, file, meta) = match &r.meta {
+        Some(m) => {
+            if disposition == CREATE {
+                return Err(status::OBJECT_NAME_COLLISION);
+            }
+            if m.is_dir() && opts & OPT_NON_DIRECTORY != 0 {
+                return Err(status::FILE_IS_A_DIRECTORY);
+            }
+            if !m.is_dir() && want_dir {
+                return Err(status::NOT_A_DIRECTORY);
+            }
+            let overwrite = matches!(disposition, SUPERSEDE | OVERWRITE | OVERWRITE_IF);
+            if m.is_dir() && overwrite {
+                return Err(NtStatus::INVALID_PARAMETER);
+            }
+            if share.read_only && overwrite {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            let writable = !share.read_only
+                && !m.is_dir()
+                && (access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || overwrite);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(writable)
+                .open(&r.path)
+                .map_err(|e| io_status(&e))?;
+            let action = match disposition {
+                SUPERSEDE => 0,
+                OVERWRITE | OVERWRITE_IF => 3,
+                _ => 1,
+            };
+            (action, f, m.clone())
+        }
+        None => {
+            if matches!(disposition, OPEN | OVERWRITE) {
+                return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+            }
+            let f = if want_dir {
+                std::fs::create_dir(&r.path).map_err(|e| io_status(&e))?;
+                std::fs::File::open(&r.path).map_err(|e| io_status(&e))?
+            } else {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&r.path)
+                    .map_err(|e| io_status(&e))?
+            };
+            let m = f.metadata().map_err(|e| io_status(&e))?;
+            (2, f, m)
+        }
+    };
+    let key = (meta.dev(), meta.ino());
+    let id = ctx.server.new_id();
+    {
+        let mut files = ctx.server.files.lock();
+        let st = files.entry(key).or_default();
+        if st.delete_pending {
+            return Err(status::DELETE_PENDING);
+        }
+        if st
+            .entries
+            .iter()
+            .any(|e| conflicts(access, req.share_access, e))
+        {
+            if st.entries.is_empty() {
+                files.remove(&key);
+            }
+            return Err(status::SHARING_VIOLATION);
+        }
+        st.entries.push(ShareEntry {
+            open: id,
+            access,
+            share_access: req.share_access,
+        });
+    }
+    let open = Arc::new(Open {
+        persistent: id,
+        volatile: id,
+        tree_id: ctx.tree.id,
+        share,
+        path: Mutex::new(r.path),
+        name: Mutex::new(r.name),
+        is_dir: meta.is_dir(),
+        file,
+        access,
+        share_access: req.share_access,
+        key,
+        delete_on_close: AtomicBool::new(opts & OPT_DELETE_ON_CLOSE != 0),
+        write_through: opts & OPT_WRITE_THROUGH != 0,
+        listing: Mutex::new(None),
+    });
+    if action == 3 || action == 0 {
+        if let Err(e) = open.file.set_len(0) {
+            release(ctx.server, &open);
+            return Err(io_status(&e));
+        }
+    }
+    let meta = open.file.metadata().unwrap_or(meta);
+    let mut ctx_data: Vec<(&[u8], Vec<u8>)> = Vec::new();
+    if req.context(CTX_QUERY_MAXIMAL_ACCESS).is_some() {
+        let mut d = Vec::with_capacity(8);
+        encode_maximal_access_response(0, maximal, &mut d);
+        ctx_data.push((CTX_QUERY_MAXIMAL_ACCESS, d));
+    }
+    if req.context(CTX_QUERY_ON_DISK_ID).is_some() {
+        let mut disk = [0u8; 16];
+        disk[..8].copy_from_slice(&meta.ino().to_le_bytes());
+        disk[8..].copy_from_slice(&meta.dev().to_le_bytes());
+        let mut d = Vec::with_capacity(32);
+        encode_on_disk_id_response(disk, meta.dev(), &mut d);
+        ctx_data.push((CTX_QUERY_ON_DISK_ID, d));
+    }
+    let contexts: Vec<CreateContext<'_>> = ctx_data
+        .iter()
+        .map(|(n, d)| CreateContext { name: n, data: d })
+        .collect();
+    let fid = open.file_id();
+    CreateResponse {
+        oplock_level: 0,
+        flags: 0,
+        create_action: action,
+        times: file_times(&meta),
+        allocation_size: allocation(&meta),
+        end_of_file: if meta.is_dir() { 0 } else { meta.len() },
+        file_attributes: attributes(&meta),
+        file_id: fid,
+        contexts,
+    }
+    .encode(out);
+    ctx.session.state.lock().opens.insert(id, open);
+    Ok(Reply {
+        file_id: Some(fid),
+        ..Reply::ok()
+    })
+}
+
+pub fn close(
+    ctx: &Ctx<'_>,
+    open: &Arc<Open>,
+    req: &CloseRequest,
+    out: &mut Vec<u8>,
+) -> Result<Reply, NtStatus> {
+    ctx.session.state.lock().opens.remove(&open.volatile);
+    let mut resp = CloseResponse::default();
+    if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 {
+        if let Ok(m) = open.file.metadata() {
+            resp.flags = CLOSE_FLAG_POSTQUERY_ATTRIB;
+            resp.times = file_times(&m);
+            resp.allocation_size = allocation(&m);
+            resp.end_of_file = if m.is_dir() { 0 } else { m.len() };
+            resp.file_attributes = attributes(&m);
+        }
+    }
+    close_open(ctx.server, open);
+    resp.encode(out);
+    Ok(Reply::ok())
+}
+
+/// Drops an open's share-mode entry and its locks; the last open of a file with a pending
+/// delete removes it.
+pub fn close_open(server: &Server, open: &Open) {
+    server.locks.release_open(open.key, open.volatile);
+    if open.delete_on_close.load(Ordering::Relaxed) {
+        if let Some(st) = server.files.lock().get_mut(&open.key) {
+            st.delete_pending = true;
+        }
+    }
+    release(server, open);
+}
+
+fn release(server: &Server, open: &Open) {
+    let delete = {
+        let mut files = server.files.lock();
+        let Some(st) = files.get_mut(&open.key) else {
+            return;
+        };
+        st.entries.retain(|e| e.open != open.volatile);
+        if st.entries.is_empty() {
+            let pending = st.delete_pending;
+            files.remove(&open.key);
+            pending
+        } else {
+            false
+        }
+    };
+    if delete {
+        let path = open.path.lock().clone();
+        let r = if open.is_dir {
+            std::fs::remove_dir(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = r {
+            tracing::debug!(path = %path.display(), "SMB delete on close: {e}");
+        }
+    }
+}

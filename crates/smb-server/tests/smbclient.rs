@@ -1,0 +1,150 @@
+//! smbclient (Samba's command-line client) against the server: put, get, ls, rename, mkdir,
+//! delete, with checksums of every file; a wrong password; `..` refused.
+
+mod common;
+
+use common::*;
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn put_get_ls_rename_delete_with_checksums() {
+    let t = start();
+    let local = t.dir.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    // Sizes around the 64 KiB credit unit and the client's I/O size, and an empty file.
+    let sizes = [
+        0usize,
+        1,
+        4096,
+        65_535,
+        65_536,
+        65_537,
+        1 << 20,
+        3 * (1 << 20) + 17,
+    ];
+    let mut puts = String::new();
+    for (i, n) in sizes.iter().enumerate() {
+        std::fs::write(local.join(format!("f{i}.bin")), pattern(*n, i as u64 + 1)).unwrap();
+        puts.push_str(&format!("put f{i}.bin f{i}.bin; "));
+    }
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        PASS,
+        &local,
+        &format!("{puts} mkdir sub; ls"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    for (i, n) in sizes.iter().enumerate() {
+        let name = format!("f{i}.bin");
+        assert_eq!(
+            sha256(&t.share.join(&name)),
+            sha256(&local.join(&name)),
+            "{name} on the server"
+        );
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&name))
+            .unwrap_or_else(|| panic!("{name} not listed: {out}"));
+        assert!(
+            line.split_whitespace().any(|w| w == n.to_string()),
+            "size of {name}: {line}"
+        );
+    }
+    assert!(t.share.join("sub").is_dir());
+
+    let back = t.dir.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let mut gets = String::new();
+    for i in 0..sizes.len() {
+        gets.push_str(&format!("get f{i}.bin g{i}.bin; "));
+    }
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        PASS,
+        &back,
+        &format!("{gets} rename f1.bin sub\\moved.bin; del f0.bin; rmdir nothing"),
+    );
+    for i in 0..sizes.len() {
+        assert_eq!(
+            sha256(&back.join(format!("g{i}.bin"))),
+            sha256(&local.join(format!("f{i}.bin"))),
+            "g{i}.bin read back\n{}",
+            text(&o)
+        );
+    }
+    assert!(t.share.join("sub/moved.bin").is_file(), "{}", text(&o));
+    assert!(!t.share.join("f1.bin").exists());
+    assert!(!t.share.join("f0.bin").exists(), "{}", text(&o));
+
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        PASS,
+        &back,
+        "cd sub; get moved.bin m.bin; ls; cd ..; rm f2.bin; ls",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(sha256(&back.join("m.bin")), sha256(&local.join("f1.bin")));
+    assert!(!t.share.join("f2.bin").exists());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("moved.bin"), "{}", text(&o));
+}
+
+#[test]
+fn wrong_password_is_refused() {
+    let t = start();
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        "not the password",
+        t.dir.path(),
+        "ls",
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let all = text(&o);
+    assert!(all.contains("NT_STATUS_LOGON_FAILURE"), "{all}");
+    // The server is still there for the right password.
+    let o = smbclient(t.addr, "share", USER, PASS, t.dir.path(), "ls");
+    assert!(o.status.success(), "{}", text(&o));
+    let o = smbclient(t.addr, "share", "nobody", PASS, t.dir.path(), "ls");
+    assert!(text(&o).contains("NT_STATUS_LOGON_FAILURE"), "{}", text(&o));
+}
+
+#[test]
+fn unknown_share_and_traversal() {
+    let t = start();
+    std::fs::write(t.dir.path().join("secret.txt"), b"outside").unwrap();
+    let o = smbclient(t.addr, "nosuch", USER, PASS, t.dir.path(), "ls");
+    assert!(
+        text(&o).contains("NT_STATUS_BAD_NETWORK_NAME"),
+        "{}",
+        text(&o)
+    );
+    let back = t.dir.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        PASS,
+        &back,
+        "get ..\\secret.txt s.txt",
+    );
+    assert!(!back.join("s.txt").exists(), "{}", text(&o));
+    assert!(text(&o).contains("NT_STATUS_"), "{}", text(&o));
+}
