@@ -128,6 +128,7 @@ interop="ran"
 
 # --- SMB: smbtorture against lanes serve, in a network namespace ----------------------------------
 step "smbtorture (scripts/smbtorture.sh, floor in scripts/smbtorture-floor.txt)"
+cargo build --release -q -p lanes
 $sudo_cmd env "PATH=$PATH" LANES_BIN=target/release/lanes scripts/smbtorture.sh
 
 # --- fuzz smoke ---------------------------------------------------------------------------------

@@ -114,7 +114,10 @@ pub async fn serve_connection(server: Arc<Server>, mut stream: TcpStream, peer: 
         local,
         negotiated: None,
         preauth: PreauthHash::default(),
-        window: CreditWindow::new(CreditPolicy::default()),
+        window: CreditWindow::new(CreditPolicy {
+            max_outstanding: 8192,
+            max_window: 16384,
+        }),
         channels: HashMap::new(),
         pending_auth: HashMap::new(),
         async_ops: Vec::new(),
@@ -209,7 +212,19 @@ impl Conn {
         if smb_proto::smb1::is_smb1(frame) {
             return self.handle_smb1(frame).map(Some);
         }
-        self.handle_chain(frame, None).await.map(Some)
+        // A chain whose first element is marked related: every element fails with
+        // INVALID_PARAMETER (the first for the flag, the related rest inherit its status).
+        if Header::decode(frame).is_ok_and(|h| h.flags.is_related()) {
+            let mut copy = frame.to_vec();
+            if let Some(f) = copy.get_mut(smb_proto::header::FLAGS_OFFSET) {
+                *f &= !(smb_proto::header::Flags::RELATED_OPERATIONS as u8);
+            }
+            return self
+                .handle_chain(&copy, None, Some(NtStatus::INVALID_PARAMETER))
+                .await
+                .map(Some);
+        }
+        self.handle_chain(frame, None, None).await.map(Some)
     }
 
     async fn handle_transform(
@@ -227,7 +242,7 @@ impl Conn {
             .ok_or("transform without a negotiated cipher")?;
         let (_, plain) = transform::decrypt(cipher, session.keys.c2s_cipher.as_bytes(), frame)
             .map_err(|_| "transform does not decrypt")?;
-        let mut out = self.handle_chain(plain, Some(&session)).await?;
+        let mut out = self.handle_chain(plain, Some(&session), None).await?;
         let body = out.split_off(4);
         encrypt_frame(&session, body).map(Some)
     }
@@ -264,6 +279,7 @@ impl Conn {
         &mut self,
         frame: &[u8],
         encrypted: Option<&Arc<Session>>,
+        force_first: Option<NtStatus>,
     ) -> Result<Vec<u8>, &'static str> {
         let (elements, bad) = split_compound_partial(frame);
         if elements.is_empty() {
@@ -289,7 +305,7 @@ impl Conn {
                 .negotiated
                 .as_ref()
                 .is_some_and(|n| n.capabilities & smb_proto::msg::negotiate::CAP_LARGE_MTU != 0);
-            let mut early = None;
+            let mut early = if e.offset == 0 { force_first } else { None };
             if is_charged(h.command) {
                 if let Err(ce) =
                     self.window
@@ -317,7 +333,10 @@ impl Conn {
                 return Err("request before NEGOTIATE");
             } else {
                 match decoded {
-                    Err(de) => match de.answer() {
+                    Err(de) => match {
+                        tracing::debug!(peer = %self.peer, "undecodable {:?}: {de}", h.command);
+                        de.answer()
+                    } {
                         Answer::Disconnect => return Err("undecodable request"),
                         Answer::Status(s) => Outcome::Error(s),
                     },
@@ -350,6 +369,7 @@ impl Conn {
                 }
             };
             let tree_id = new_tree.or(tree_id);
+            tracing::trace!(peer = %self.peer, "{:?} mid {} -> {:#x}", h.command, h.message_id, status.0);
             let grant = self.window.grant(h.credits.max(1));
             let mut rh = Header::response_to(h, status, grant);
             if let Some(id) = async_id {
@@ -392,9 +412,6 @@ impl Conn {
         if let Some(err) = bad {
             // The malformed element ends the chain; the well-formed ones were answered.
             tracing::debug!(peer = %self.peer, "malformed compound: {err}");
-            if built.is_empty() {
-                return Err("malformed chain");
-            }
         }
         if built.is_empty() {
             // Only CANCELs: their answers (if any) are in `extra`.

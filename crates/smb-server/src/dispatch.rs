@@ -58,7 +58,12 @@ impl Conn {
             tree: &tree,
         };
         if let Request::Create(r) = &req {
-            return crate::fs::open::create(&ctx, r, out).into();
+            let result = crate::fs::open::create(&ctx, r, out);
+            if let Err(st) = &result {
+                tracing::debug!(peer = %self.peer, "CREATE {:?} disposition {} options {:#x} access {:#x}: {:#x}",
+                    r.name_string().unwrap_or_default(), r.create_disposition, r.create_options, r.desired_access, st.0);
+            }
+            return result.into();
         }
         let fid = match inc.file_id {
             Some(Some(f)) => f,

@@ -24,8 +24,18 @@ pub fn ioctl(
     ctx: &Ctx<'_>,
     req: &IoctlRequest<'_>,
     fid: FileId,
-    out: &mut Vec<u8>,
+        out: &mut Vec<u8>,
 ) -> Outcome {
+    let handle_free = matches!(
+        req.ctl_code,
+        FSCTL_VALIDATE_NEGOTIATE_INFO
+            | FSCTL_QUERY_NETWORK_INTERFACE_INFO
+            | FSCTL_DFS_GET_REFERRALS
+            | FSCTL_DFS_GET_REFERRALS_EX
+    );
+    if !handle_free && ctx.session.open(fid, ctx.tree.id).is_none() {
+        return Outcome::Error(NtStatus::FILE_CLOSED);
+    }
     if req.flags & SMB2_0_IOCTL_IS_FSCTL == 0 {
         return Outcome::Error(NtStatus::NOT_SUPPORTED);
     }

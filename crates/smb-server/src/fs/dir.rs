@@ -11,7 +11,7 @@ use smb_proto::msg::info::{
 use smb_proto::msg::{Message as _, QueryDirectoryRequest, QueryDirectoryResponse};
 use smb_proto::NtStatus;
 
-use super::info::{allocation, attributes, end_of_file, file_times};
+use super::info::{allocation, attributes, end_of_file, file_times, Dos};
 use super::open::Open;
 use super::status;
 use crate::conn::Reply;
@@ -21,6 +21,7 @@ use crate::wire::{pad8, patch_u32, put_u16, put_u32, put_u64, put_utf16};
 pub struct Entry {
     name: String,
     meta: std::fs::Metadata,
+    dos: Dos,
 }
 
 /// One scan of a directory: its matching entries and how far the client got.
@@ -64,9 +65,11 @@ fn scan(open: &Open, pattern: &str) -> Result<Listing, NtStatus> {
                 path.clone()
             };
             if let Ok(meta) = std::fs::metadata(&p) {
+                let dos = Dos::of_path(&p);
                 entries.push(Entry {
                     name: dot.to_string(),
                     meta,
+                    dos,
                 });
             }
         }
@@ -93,7 +96,8 @@ fn scan(open: &Open, pattern: &str) -> Result<Listing, NtStatus> {
             Ok(m) => m,
             Err(_) => continue,
         };
-        rest.push(Entry { name, meta });
+        let dos = Dos::of_path(&e.path());
+        rest.push(Entry { name, meta, dos });
     }
     rest.sort_by(|a, b| a.name.cmp(&b.name));
     entries.extend(rest);
@@ -179,14 +183,14 @@ fn encode_entry(out: &mut Vec<u8>, class: u8, e: &Entry, index: u32) {
         patch_u32(out, at, n as u32);
         return;
     }
-    let t = file_times(m);
+    let t = file_times(m, &e.dos);
     put_u64(out, t.creation);
     put_u64(out, t.last_access);
     put_u64(out, t.last_write);
     put_u64(out, t.change);
     put_u64(out, end_of_file(m));
     put_u64(out, allocation(m));
-    put_u32(out, attributes(m));
+    put_u32(out, attributes(m, &e.dos));
     let name_len_at = out.len();
     put_u32(out, 0);
     if class != 1 {

@@ -19,28 +19,80 @@ pub const ATTR_READONLY: u32 = 0x01;
 pub const ATTR_DIRECTORY: u32 = 0x10;
 pub const ATTR_ARCHIVE: u32 = 0x20;
 
-pub fn file_times(m: &std::fs::Metadata) -> FileTimes {
-    let write = filetime(m.mtime(), m.mtime_nsec());
-    let creation = m
-        .created()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(write, |d| {
-            filetime(d.as_secs() as i64, i64::from(d.subsec_nanos()))
-        });
-    FileTimes {
-        creation: creation.min(write),
-        last_access: filetime(m.atime(), m.atime_nsec()),
-        last_write: write,
-        change: filetime(m.ctime(), m.ctime_nsec()),
+pub const ATTR_HIDDEN: u32 = 0x02;
+pub const ATTR_SYSTEM: u32 = 0x04;
+pub const ATTR_NORMAL: u32 = 0x80;
+pub const ATTR_TEMPORARY: u32 = 0x100;
+/// The DOS attributes the server keeps (in the `user.lanes.dos` extended attribute).
+pub const ATTR_KEPT: u32 = ATTR_READONLY | ATTR_HIDDEN | ATTR_SYSTEM | ATTR_ARCHIVE | ATTR_TEMPORARY;
+const DOS_XATTR: &str = "user.lanes.dos";
+
+/// What Unix metadata lacks: DOS attributes and a settable creation time, kept in an extended
+/// attribute of the file (12 bytes: attributes, creation FILETIME). Absent on filesystems
+/// without user xattrs; then the defaults apply (ARCHIVE, the birth time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dos {
+    /// Stored attributes, or None for the default.
+    pub attrs: Option<u32>,
+    /// Stored creation time, 0 for the file's birth time.
+    pub creation: u64,
+}
+
+impl Dos {
+    fn decode(buf: &[u8], n: usize) -> Dos {
+        if n != 12 {
+            return Dos::default();
+        }
+        Dos {
+            attrs: crate::wire::u32_at(buf, 0).map(|a| a & ATTR_KEPT),
+            creation: crate::wire::u64_at(buf, 4).unwrap_or(0),
+        }
+    }
+    pub fn of_file(f: &std::fs::File) -> Dos {
+        let mut buf = [0u8; 12];
+        rustix::fs::fgetxattr(f, DOS_XATTR, &mut buf).map_or(Dos::default(), |n| Dos::decode(&buf, n))
+    }
+    pub fn of_path(p: &std::path::Path) -> Dos {
+        let mut buf = [0u8; 12];
+        rustix::fs::getxattr(p, DOS_XATTR, &mut buf).map_or(Dos::default(), |n| Dos::decode(&buf, n))
+    }
+    pub fn store(&self, f: &std::fs::File) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(12);
+        put_u32(&mut buf, self.attrs.unwrap_or(0));
+        put_u64(&mut buf, self.creation);
+        rustix::fs::fsetxattr(f, DOS_XATTR, &buf, rustix::fs::XattrFlags::empty()).map_err(Into::into)
     }
 }
 
-pub fn attributes(m: &std::fs::Metadata) -> u32 {
-    if m.is_dir() {
-        ATTR_DIRECTORY
+/// The four times; ChangeTime is the last write time, as Unix ctime cannot be set (Samba does
+/// the same).
+pub fn file_times(m: &std::fs::Metadata, dos: &Dos) -> FileTimes {
+    let write = filetime(m.mtime(), m.mtime_nsec());
+    let creation = if dos.creation != 0 {
+        dos.creation
     } else {
-        ATTR_ARCHIVE
+        m.created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(write, |d| filetime(d.as_secs() as i64, i64::from(d.subsec_nanos())))
+            .min(write)
+    };
+    FileTimes {
+        creation,
+        last_access: filetime(m.atime(), m.atime_nsec()),
+        last_write: write,
+        change: write,
+    }
+}
+
+pub fn attributes(m: &std::fs::Metadata, dos: &Dos) -> u32 {
+    let kept = dos.attrs.unwrap_or(if m.is_dir() { 0 } else { ATTR_ARCHIVE });
+    if m.is_dir() {
+        ATTR_DIRECTORY | (kept & !ATTR_TEMPORARY)
+    } else if kept == 0 {
+        ATTR_NORMAL
+    } else {
+        kept
     }
 }
 
@@ -67,9 +119,9 @@ fn put_times(out: &mut Vec<u8>, t: &FileTimes) {
     put_u64(out, t.change);
 }
 
-fn basic(out: &mut Vec<u8>, m: &std::fs::Metadata) {
-    put_times(out, &file_times(m));
-    put_u32(out, attributes(m));
+fn basic(out: &mut Vec<u8>, m: &std::fs::Metadata, dos: &Dos) {
+    put_times(out, &file_times(m, dos));
+    put_u32(out, attributes(m, dos));
     put_u32(out, 0);
 }
 
@@ -131,6 +183,7 @@ pub fn query_info(
 
 fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus> {
     let m = open.file.metadata().map_err(|e| super::io_status(&e))?;
+    let dos = Dos::of_file(&open.file);
     let pending = ctx
         .server
         .files
@@ -144,7 +197,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
     };
     Ok(match class {
         4 => {
-            basic(&mut d, &m);
+            basic(&mut d, &m, &dos);
             fixed(d)
         }
         5 => {
@@ -164,7 +217,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             fixed(d)
         }
         14 => {
-            put_u64(&mut d, 0);
+            put_u64(&mut d, open.position.load(std::sync::atomic::Ordering::Relaxed));
             fixed(d)
         }
         16 => {
@@ -176,12 +229,12 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             fixed(d)
         }
         18 => {
-            basic(&mut d, &m);
+            basic(&mut d, &m, &dos);
             standard(&mut d, &m, pending);
             put_u64(&mut d, m.ino());
             put_u32(&mut d, 0);
             put_u32(&mut d, open.access);
-            put_u64(&mut d, 0);
+            put_u64(&mut d, open.position.load(std::sync::atomic::Ordering::Relaxed));
             put_u32(&mut d, 0);
             put_u32(&mut d, 0);
             let name = format!("\\{}", open.name.lock());
@@ -189,11 +242,11 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             put_u32(&mut d, 0);
             let n = put_utf16(&mut d, &name);
             crate::wire::patch_u32(&mut d, at, n as u32);
-            Answer { data: d, min: 100 }
+            Answer { data: d, min: 104 }
         }
         21 => {
-            // FileAlternateNameInformation: no 8.3 names.
-            return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+            // FileAlternateNameInformation: no 8.3 names are kept.
+            return Err(NtStatus(0xC000_0002));
         }
         22 => {
             if !m.is_dir() {
@@ -205,7 +258,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
                 let n = put_utf16(&mut d, "::$DATA");
                 crate::wire::patch_u32(&mut d, at, n as u32);
             }
-            Answer { data: d, min: 0 }
+            Answer { data: d, min: 32 }
         }
         28 => {
             put_u64(&mut d, end_of_file(&m));
@@ -214,15 +267,15 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             fixed(d)
         }
         34 => {
-            put_times(&mut d, &file_times(&m));
+            put_times(&mut d, &file_times(&m, &dos));
             put_u64(&mut d, allocation(&m));
             put_u64(&mut d, end_of_file(&m));
-            put_u32(&mut d, attributes(&m));
+            put_u32(&mut d, attributes(&m, &dos));
             put_u32(&mut d, 0);
             fixed(d)
         }
         35 => {
-            put_u32(&mut d, attributes(&m));
+            put_u32(&mut d, attributes(&m, &dos));
             put_u32(&mut d, 0);
             fixed(d)
         }
@@ -250,7 +303,7 @@ fn fs_class(open: &Open, class: u8) -> Result<Answer, NtStatus> {
             d.push(0);
             let n = put_utf16(&mut d, &open.share.name);
             crate::wire::patch_u32(&mut d, at, n as u32);
-            Answer { data: d, min: 18 }
+            Answer { data: d, min: 24 }
         }
         3 => {
             put_u64(&mut d, vfs.f_blocks);
@@ -272,7 +325,18 @@ fn fs_class(open: &Open, class: u8) -> Result<Answer, NtStatus> {
             put_u32(&mut d, 0);
             let n = put_utf16(&mut d, "NTFS");
             crate::wire::patch_u32(&mut d, at, n as u32);
-            Answer { data: d, min: 12 }
+            Answer { data: d, min: 16 }
+        }
+        6 => {
+            // FileFsControlInformation: no quotas.
+            d.resize(48, 0);
+            fixed(d)
+        }
+        8 => {
+            // FileFsObjectIdInformation: the volume's id from its device number.
+            put_u64(&mut d, open.key.0);
+            d.resize(64, 0);
+            fixed(d)
         }
         7 => {
             put_u64(&mut d, vfs.f_blocks);

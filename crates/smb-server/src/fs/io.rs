@@ -66,6 +66,7 @@ pub async fn read(
         return Err(status::END_OF_FILE);
     }
     out.truncate(data + got);
+    open.position.store(req.offset + got as u64, std::sync::atomic::Ordering::Relaxed);
     crate::wire::patch_u32(out, body + 4, got as u32);
     Ok(Reply::ok())
 }
@@ -100,6 +101,10 @@ pub async fn write(
         Ok::<_, std::io::Error>(())
     })
     .map_err(|e| io_status(&e))?;
+    open.position.store(
+        req.offset + req.data.len() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     WriteResponse {
         count: req.data.len() as u32,
         remaining: 0,

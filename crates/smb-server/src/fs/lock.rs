@@ -16,6 +16,8 @@ use crate::conn::Reply;
 use crate::dispatch::Ctx;
 use crate::state::FileKey;
 
+const INVALID_LOCK_RANGE: NtStatus = NtStatus(0xC000_01A1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Range {
     open: u64,
@@ -25,13 +27,15 @@ struct Range {
 }
 
 impl Range {
+    /// Samba's overlap rule: a zero-length lock overlaps a range it falls inside, and two
+    /// locks with the same start and length overlap even at the end of the 64-bit space.
     fn overlaps(&self, offset: u64, length: u64) -> bool {
-        if self.length == 0 || length == 0 {
-            return false;
+        if self.length != 0 && self.offset == offset && self.length == length {
+            return true;
         }
-        let a_end = self.offset.saturating_add(self.length);
-        let b_end = offset.saturating_add(length);
-        self.offset < b_end && offset < a_end
+        let a_end = u128::from(self.offset) + u128::from(self.length);
+        let b_end = u128::from(offset) + u128::from(length);
+        !(u128::from(self.offset) >= b_end || u128::from(offset) >= a_end)
     }
 }
 
@@ -51,10 +55,19 @@ impl LockTable {
         write: bool,
     ) -> bool {
         let files = self.files.lock();
-        files.get(&key).is_some_and(|l| {
-            l.iter()
-                .any(|r| r.open != open && r.overlaps(offset, length) && (r.exclusive || write))
-        })
+        // A write collides with any other lock and with the open's own shared ones; a read
+        // with other opens' exclusive locks.
+        length != 0
+            && files.get(&key).is_some_and(|l| {
+                l.iter().any(|r| {
+                    r.overlaps(offset, length)
+                        && if write {
+                            r.open != open || !r.exclusive
+                        } else {
+                            r.open != open && r.exclusive
+                        }
+                })
+            })
     }
 
     pub fn release_open(&self, key: FileKey, open: u64) {
@@ -87,7 +100,7 @@ pub fn lock(
     for l in &req.locks {
         if l.offset.checked_add(l.length.saturating_sub(1)).is_none() {
             *list = before;
-            return Err(NtStatus::INVALID_PARAMETER);
+            return Err(INVALID_LOCK_RANGE);
         }
         let mode = l.flags & (LOCKFLAG_SHARED_LOCK | LOCKFLAG_EXCLUSIVE_LOCK | LOCKFLAG_UNLOCK);
         if unlocking {
@@ -117,9 +130,13 @@ pub fn lock(
                 return Err(NtStatus::INVALID_PARAMETER);
             }
         };
-        let clash = list
-            .iter()
-            .any(|r| r.overlaps(l.offset, l.length) && (r.exclusive || exclusive));
+        // Samba's brl_conflict: shared locks never collide, nor does a shared lock with
+        // the same open's own locks.
+        let clash = list.iter().any(|r| {
+            !(!r.exclusive && !exclusive)
+                && !(!exclusive && r.open == open.volatile)
+                && r.overlaps(l.offset, l.length)
+        });
         if clash {
             *list = before;
             return Err(status::LOCK_NOT_GRANTED);

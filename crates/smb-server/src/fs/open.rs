@@ -16,7 +16,7 @@ use smb_proto::msg::{
 };
 use smb_proto::NtStatus;
 
-use super::info::{allocation, attributes, file_times};
+use super::info::{allocation, attributes, file_times, Dos};
 use super::{io_status, status};
 use crate::conn::Reply;
 use crate::dispatch::Ctx;
@@ -75,6 +75,8 @@ pub struct Open {
     pub delete_on_close: AtomicBool,
     pub write_through: bool,
     pub listing: Mutex<Option<super::dir::Listing>>,
+    /// FilePositionInformation: where the last READ or WRITE ended, or what SET_INFO set.
+    pub position: std::sync::atomic::AtomicU64,
 }
 
 impl Open {
@@ -128,6 +130,32 @@ fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
     denies(new_access, old.share_access) || denies(old.access, new_share)
 }
 
+/// The argument checks of MS-SMB2 3.3.5.9, with Samba's statuses.
+fn check_request(req: &CreateRequest<'_>) -> Result<(), NtStatus> {
+    const BAD_IMPERSONATION_LEVEL: NtStatus = NtStatus(0xC000_00A5);
+    const OPEN_BY_FILE_ID: u32 = 0x0000_2000;
+    const INVALID_OPTIONS: u32 = 0xFF10_0000;
+    const VALID_ATTRIBUTES: u32 = 0x0000_7FB7;
+    if req.impersonation_level > 3 {
+        return Err(BAD_IMPERSONATION_LEVEL);
+    }
+    if req.create_options & INVALID_OPTIONS != 0
+        || req.share_access > 7
+        || req.create_disposition > OVERWRITE_IF
+        || req.file_attributes & !VALID_ATTRIBUTES != 0
+        || (req.create_options & OPT_DIRECTORY != 0 && req.create_options & OPT_NON_DIRECTORY != 0)
+    {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
+    if req.create_options & OPEN_BY_FILE_ID != 0 {
+        return Err(NtStatus::NOT_SUPPORTED);
+    }
+    if req.desired_access & 0x0CE0_FE00 != 0 {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    Ok(())
+}
+
 pub fn create(
     ctx: &Ctx<'_>,
     req: &CreateRequest<'_>,
@@ -138,6 +166,10 @@ pub fn create(
         return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
     };
     let name = req.name_string().map_err(|_| status::OBJECT_NAME_INVALID)?;
+    check_request(req)?;
+    if name.starts_with('\\') {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
     let disposition = req.create_disposition;
     let opts = req.create_options;
     if disposition > OVERWRITE_IF || (opts & OPT_DIRECTORY != 0 && opts & OPT_NON_DIRECTORY != 0) {
@@ -256,6 +288,7 @@ pub fn create(
         delete_on_close: AtomicBool::new(opts & OPT_DELETE_ON_CLOSE != 0),
         write_through: opts & OPT_WRITE_THROUGH != 0,
         listing: Mutex::new(None),
+        position: std::sync::atomic::AtomicU64::new(0),
     });
     if action == 3 || action == 0 {
         if let Err(e) = open.file.set_len(0) {
@@ -263,7 +296,30 @@ pub fn create(
             return Err(io_status(&e));
         }
     }
+    if action != 1 {
+        // New or overwritten: the attributes the client asked for (ARCHIVE at least for files).
+        let mut attrs = req.file_attributes & super::info::ATTR_KEPT;
+        if !open.is_dir {
+            attrs |= super::info::ATTR_ARCHIVE;
+        }
+        let dos = Dos {
+            attrs: Some(attrs),
+            creation: 0,
+        };
+        if attrs != super::info::ATTR_ARCHIVE || (open.is_dir && attrs != 0) {
+            let _ = dos.store(&open.file);
+        }
+    }
+    if let Some(size) = req
+        .context(smb_proto::msg::create::CTX_ALLOCATION_SIZE)
+        .and_then(|c| smb_proto::msg::create_ctx::decode_u64_context(c.data).ok())
+    {
+        if action != 1 && !open.is_dir && size > 0 {
+            let _ = rustix::fs::fallocate(&open.file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, size);
+        }
+    }
     let meta = open.file.metadata().unwrap_or(meta);
+    let dos = Dos::of_file(&open.file);
     let mut ctx_data: Vec<(&[u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_QUERY_MAXIMAL_ACCESS).is_some() {
         let mut d = Vec::with_capacity(8);
@@ -287,10 +343,10 @@ pub fn create(
         oplock_level: 0,
         flags: 0,
         create_action: action,
-        times: file_times(&meta),
+        times: file_times(&meta, &dos),
         allocation_size: allocation(&meta),
         end_of_file: if meta.is_dir() { 0 } else { meta.len() },
-        file_attributes: attributes(&meta),
+        file_attributes: attributes(&meta, &dos),
         file_id: fid,
         contexts,
     }
@@ -312,11 +368,12 @@ pub fn close(
     let mut resp = CloseResponse::default();
     if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 {
         if let Ok(m) = open.file.metadata() {
+            let dos = Dos::of_file(&open.file);
             resp.flags = CLOSE_FLAG_POSTQUERY_ATTRIB;
-            resp.times = file_times(&m);
+            resp.times = file_times(&m, &dos);
             resp.allocation_size = allocation(&m);
             resp.end_of_file = if m.is_dir() { 0 } else { m.len() };
-            resp.file_attributes = attributes(&m);
+            resp.file_attributes = attributes(&m, &dos);
         }
     }
     close_open(ctx.server, open);

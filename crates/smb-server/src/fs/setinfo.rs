@@ -58,6 +58,22 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
                 }
             };
             let (access, write) = (ts(t(8)), ts(t(16)));
+            let attrs = u32_at(b, 32).unwrap_or(0);
+            let creation = t(0);
+            if attrs != 0 || (creation != 0 && creation < u64::MAX - 1) {
+                use super::info::{Dos, ATTR_DIRECTORY, ATTR_KEPT, ATTR_TEMPORARY};
+                if (open.is_dir && attrs & ATTR_TEMPORARY != 0) || (!open.is_dir && attrs & ATTR_DIRECTORY != 0) {
+                    return Err(NtStatus::INVALID_PARAMETER);
+                }
+                let mut dos = Dos::of_file(&open.file);
+                if attrs != 0 {
+                    dos.attrs = Some(attrs & ATTR_KEPT);
+                }
+                if creation != 0 && creation < u64::MAX - 1 {
+                    dos.creation = creation;
+                }
+                dos.store(&open.file).map_err(|e| io_status(&e))?;
+            }
             if access.is_some() || write.is_some() {
                 let omit = rustix::fs::Timespec {
                     tv_sec: 0,
@@ -116,7 +132,11 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
                 open.delete_on_close.store(false, Ordering::Relaxed);
             }
         }
-        14 | 16 | 39 => {}
+        14 => {
+            let pos = u64_at(b, 0).ok_or(short)?;
+            open.position.store(pos, Ordering::Relaxed);
+        }
+        16 | 39 => {}
         _ => return Err(status::INVALID_INFO_CLASS),
     }
     Ok(())
