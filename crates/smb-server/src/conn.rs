@@ -290,6 +290,7 @@ impl Conn {
         let mut built: Vec<Built> = Vec::with_capacity(elements.len());
         let mut related = RelatedIds::default();
         let mut prev_status = NtStatus::SUCCESS;
+        let mut interim_setup: Option<(u64, usize)> = None;
         for e in &elements {
             let h = &e.header;
             if h.flags.is_response() {
@@ -400,10 +401,8 @@ impl Conn {
                 status
             };
             if h.command == Command::SessionSetup && status == NtStatus::MORE_PROCESSING_REQUIRED {
-                let sid = rh.session_id;
-                if let Some(p) = self.pending_auth.get_mut(&sid) {
-                    p.preauth.update(out.get(start..).unwrap_or(&[]));
-                }
+                // Hashed once signed (an interim binding response is).
+                interim_setup = Some((rh.session_id, built.len() - 1));
             }
             if h.command == Command::Negotiate && status == NtStatus::SUCCESS {
                 self.preauth.update(out.get(start..).unwrap_or(&[]));
@@ -428,6 +427,13 @@ impl Conn {
                 key.sign(msg).map_err(|_| "signing")?;
             }
         }
+        if let Some((sid, i)) = interim_setup {
+            let start = built.get(i).map_or(0, |b| b.start);
+            let end = built.get(i + 1).map_or(out.len(), |b| b.start);
+            if let (Some(p), Some(msg)) = (self.pending_auth.get_mut(&sid), out.get(start..end)) {
+                p.preauth.update(msg);
+            }
+        }
         for id in std::mem::take(&mut self.logged_off) {
             self.channels.remove(&id);
         }
@@ -447,9 +453,16 @@ impl Conn {
             return None;
         }
         let Some(ch) = self.channels.get(&session_id) else {
-            // An interim binding response is signed with the session's own key.
-            let bound = self.pending_auth.get(&session_id)?.binding.as_ref()?;
-            return Some(SigningKey::new(bound.signing, bound.keys.signing));
+            // Responses to a binding exchange (interim ones and errors) are signed with the
+            // session's own key.
+            if let Some(bound) = self.pending_auth.get(&session_id).and_then(|p| p.binding.as_ref()) {
+                return Some(SigningKey::new(bound.signing, bound.keys.signing));
+            }
+            if req.command == Command::SessionSetup && req.flags.is_signed() {
+                let s = self.server.session(session_id)?;
+                return Some(SigningKey::new(s.signing, s.keys.signing));
+            }
+            return None;
         };
         if status == NtStatus::USER_SESSION_DELETED || status == NtStatus::NETWORK_SESSION_EXPIRED {
             return None;

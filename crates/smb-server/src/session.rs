@@ -156,7 +156,8 @@ impl Conn {
                         signing: neg.signing,
                         cipher: neg.cipher,
                         signing_required,
-                        keys,
+                                                keys,
+                        session_key,
                         state: parking_lot::Mutex::new(SessionState {
                             channels: 1,
                             next_tree: 1,
@@ -218,6 +219,9 @@ impl Conn {
         }
         if self.channels.contains_key(&sid) {
             return Err(NtStatus::REQUEST_NOT_ACCEPTED);
+        }
+        if session.state.lock().channels >= MAX_CHANNELS {
+            return Err(NtStatus::INSUFFICIENT_RESOURCES);
         }
         if session.signing != neg.signing || session.cipher != neg.cipher {
             return Err(NtStatus::INVALID_PARAMETER);
