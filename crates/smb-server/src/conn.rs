@@ -334,10 +334,7 @@ impl Conn {
                 return Err("request before NEGOTIATE");
             } else {
                 match decoded {
-                    Err(de) => match {
-                        tracing::debug!(peer = %self.peer, "undecodable {:?}: {de}", h.command);
-                        de.answer()
-                    } {
+                    Err(de) => match log_undecodable(self.peer, h.command, &de) {
                         Answer::Disconnect => return Err("undecodable request"),
                         Answer::Status(s) => Outcome::Error(s),
                     },
@@ -455,7 +452,11 @@ impl Conn {
         let Some(ch) = self.channels.get(&session_id) else {
             // Responses to a binding exchange (interim ones and errors) are signed with the
             // session's own key.
-            if let Some(bound) = self.pending_auth.get(&session_id).and_then(|p| p.binding.as_ref()) {
+            if let Some(bound) = self
+                .pending_auth
+                .get(&session_id)
+                .and_then(|p| p.binding.as_ref())
+            {
                 return Some(SigningKey::new(bound.signing, bound.keys.signing));
             }
             if req.command == Command::SessionSetup && req.flags.is_signed() {
@@ -520,6 +521,11 @@ pub struct Incoming<'a> {
     /// The FileId the request names; Some(None) when it asks for a previous one that is absent.
     pub file_id: Option<Option<FileId>>,
     pub encrypted: bool,
+}
+
+fn log_undecodable(peer: SocketAddr, command: Command, e: &smb_proto::DecodeError) -> Answer {
+    tracing::debug!(peer = %peer, "undecodable {command:?}: {e}");
+    e.answer()
 }
 
 fn request_file_id(req: &Request<'_>) -> Option<FileId> {

@@ -24,7 +24,7 @@ pub fn ioctl(
     ctx: &Ctx<'_>,
     req: &IoctlRequest<'_>,
     fid: FileId,
-        out: &mut Vec<u8>,
+    out: &mut Vec<u8>,
 ) -> Outcome {
     let handle_free = matches!(
         req.ctl_code,

@@ -156,7 +156,7 @@ impl Conn {
                         signing: neg.signing,
                         cipher: neg.cipher,
                         signing_required,
-                                                keys,
+                        keys,
                         session_key,
                         state: parking_lot::Mutex::new(SessionState {
                             channels: 1,

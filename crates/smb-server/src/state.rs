@@ -116,7 +116,7 @@ pub struct Session {
     pub client_guid: [u8; 16],
     pub signing: SigningAlgorithm,
     pub cipher: Option<Cipher>,
-        pub keys: SessionKeys,
+    pub keys: SessionKeys,
     /// Session.SessionKey, for the channel signing keys of bound connections.
     pub session_key: [u8; 16],
     pub signing_required: bool,

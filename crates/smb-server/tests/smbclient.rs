@@ -104,8 +104,28 @@ fn put_get_ls_rename_delete_with_checksums() {
     assert!(out.contains("moved.bin"), "{}", text(&o));
 }
 
+/// Log lines captured for the assertions (each test runs in its own process under nextest).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn wrong_password_is_refused() {
+    let log = Captured::default();
+    let writer = log.clone();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
     let t = start();
     let o = smbclient(
         t.addr,
@@ -123,6 +143,21 @@ fn wrong_password_is_refused() {
     assert!(o.status.success(), "{}", text(&o));
     let o = smbclient(t.addr, "share", "nobody", PASS, t.dir.path(), "ls");
     assert!(text(&o).contains("NT_STATUS_LOGON_FAILURE"), "{}", text(&o));
+    let lines = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let failures: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.contains("SMB logon failure"))
+        .collect();
+    assert_eq!(failures.len(), 2, "{lines}");
+    assert!(
+        failures[0].contains("NTLMv2 response does not verify")
+            && failures[0].contains("user=alice"),
+        "{lines}"
+    );
+    assert!(
+        failures[1].contains("unknown user") && failures[1].contains("user=nobody"),
+        "{lines}"
+    );
 }
 
 #[test]

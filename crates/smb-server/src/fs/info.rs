@@ -24,7 +24,8 @@ pub const ATTR_SYSTEM: u32 = 0x04;
 pub const ATTR_NORMAL: u32 = 0x80;
 pub const ATTR_TEMPORARY: u32 = 0x100;
 /// The DOS attributes the server keeps (in the `user.lanes.dos` extended attribute).
-pub const ATTR_KEPT: u32 = ATTR_READONLY | ATTR_HIDDEN | ATTR_SYSTEM | ATTR_ARCHIVE | ATTR_TEMPORARY;
+pub const ATTR_KEPT: u32 =
+    ATTR_READONLY | ATTR_HIDDEN | ATTR_SYSTEM | ATTR_ARCHIVE | ATTR_TEMPORARY;
 const DOS_XATTR: &str = "user.lanes.dos";
 
 /// What Unix metadata lacks: DOS attributes and a settable creation time, kept in an extended
@@ -50,17 +51,20 @@ impl Dos {
     }
     pub fn of_file(f: &std::fs::File) -> Dos {
         let mut buf = [0u8; 12];
-        rustix::fs::fgetxattr(f, DOS_XATTR, &mut buf).map_or(Dos::default(), |n| Dos::decode(&buf, n))
+        rustix::fs::fgetxattr(f, DOS_XATTR, &mut buf)
+            .map_or(Dos::default(), |n| Dos::decode(&buf, n))
     }
     pub fn of_path(p: &std::path::Path) -> Dos {
         let mut buf = [0u8; 12];
-        rustix::fs::getxattr(p, DOS_XATTR, &mut buf).map_or(Dos::default(), |n| Dos::decode(&buf, n))
+        rustix::fs::getxattr(p, DOS_XATTR, &mut buf)
+            .map_or(Dos::default(), |n| Dos::decode(&buf, n))
     }
     pub fn store(&self, f: &std::fs::File) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(12);
         put_u32(&mut buf, self.attrs.unwrap_or(0));
         put_u64(&mut buf, self.creation);
-        rustix::fs::fsetxattr(f, DOS_XATTR, &buf, rustix::fs::XattrFlags::empty()).map_err(Into::into)
+        rustix::fs::fsetxattr(f, DOS_XATTR, &buf, rustix::fs::XattrFlags::empty())
+            .map_err(Into::into)
     }
 }
 
@@ -74,7 +78,9 @@ pub fn file_times(m: &std::fs::Metadata, dos: &Dos) -> FileTimes {
         m.created()
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(write, |d| filetime(d.as_secs() as i64, i64::from(d.subsec_nanos())))
+            .map_or(write, |d| {
+                filetime(d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            })
             .min(write)
     };
     FileTimes {
@@ -86,7 +92,9 @@ pub fn file_times(m: &std::fs::Metadata, dos: &Dos) -> FileTimes {
 }
 
 pub fn attributes(m: &std::fs::Metadata, dos: &Dos) -> u32 {
-    let kept = dos.attrs.unwrap_or(if m.is_dir() { 0 } else { ATTR_ARCHIVE });
+    let kept = dos
+        .attrs
+        .unwrap_or(if m.is_dir() { 0 } else { ATTR_ARCHIVE });
     if m.is_dir() {
         ATTR_DIRECTORY | (kept & !ATTR_TEMPORARY)
     } else if kept == 0 {
@@ -217,7 +225,10 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             fixed(d)
         }
         14 => {
-            put_u64(&mut d, open.position.load(std::sync::atomic::Ordering::Relaxed));
+            put_u64(
+                &mut d,
+                open.position.load(std::sync::atomic::Ordering::Relaxed),
+            );
             fixed(d)
         }
         16 => {
@@ -234,7 +245,10 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             put_u64(&mut d, m.ino());
             put_u32(&mut d, 0);
             put_u32(&mut d, open.access);
-            put_u64(&mut d, open.position.load(std::sync::atomic::Ordering::Relaxed));
+            put_u64(
+                &mut d,
+                open.position.load(std::sync::atomic::Ordering::Relaxed),
+            );
             put_u32(&mut d, 0);
             put_u32(&mut d, 0);
             let name = format!("\\{}", open.name.lock());

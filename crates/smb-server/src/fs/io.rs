@@ -66,7 +66,10 @@ pub async fn read(
         return Err(status::END_OF_FILE);
     }
     out.truncate(data + got);
-    open.position.store(req.offset + got as u64, std::sync::atomic::Ordering::Relaxed);
+    open.position.store(
+        req.offset + got as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     crate::wire::patch_u32(out, body + 4, got as u32);
     Ok(Reply::ok())
 }

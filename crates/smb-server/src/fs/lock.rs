@@ -133,8 +133,7 @@ pub fn lock(
         // Samba's brl_conflict: shared locks never collide, nor does a shared lock with
         // the same open's own locks.
         let clash = list.iter().any(|r| {
-            !(!r.exclusive && !exclusive)
-                && !(!exclusive && r.open == open.volatile)
+            (exclusive || (r.exclusive && r.open != open.volatile))
                 && r.overlaps(l.offset, l.length)
         });
         if clash {

@@ -315,7 +315,8 @@ pub fn create(
         .and_then(|c| smb_proto::msg::create_ctx::decode_u64_context(c.data).ok())
     {
         if action != 1 && !open.is_dir && size > 0 {
-            let _ = rustix::fs::fallocate(&open.file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, size);
+            let _ =
+                rustix::fs::fallocate(&open.file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, size);
         }
     }
     let meta = open.file.metadata().unwrap_or(meta);

@@ -62,7 +62,9 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             let creation = t(0);
             if attrs != 0 || (creation != 0 && creation < u64::MAX - 1) {
                 use super::info::{Dos, ATTR_DIRECTORY, ATTR_KEPT, ATTR_TEMPORARY};
-                if (open.is_dir && attrs & ATTR_TEMPORARY != 0) || (!open.is_dir && attrs & ATTR_DIRECTORY != 0) {
+                if (open.is_dir && attrs & ATTR_TEMPORARY != 0)
+                    || (!open.is_dir && attrs & ATTR_DIRECTORY != 0)
+                {
                     return Err(NtStatus::INVALID_PARAMETER);
                 }
                 let mut dos = Dos::of_file(&open.file);
