@@ -35,8 +35,12 @@ pub enum ConfigError {
         key: String,
         message: String,
     },
-    #[error("{file}: {message}")]
-    Syntax { file: PathBuf, message: String },
+    #[error("{file}:{line}: {message}")]
+    Syntax {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +92,10 @@ impl SmbConfig {
     ) -> Result<Option<SmbConfig>, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             file: file.to_path_buf(),
+            line: e.span().map_or(1, |s| {
+                text.get(..s.start.min(text.len()))
+                    .map_or(1, |t| t.matches('\n').count() + 1)
+            }),
             message: e.message().to_string(),
         })?;
         let base = file.parent().unwrap_or(Path::new("."));
