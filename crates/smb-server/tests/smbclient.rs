@@ -183,3 +183,31 @@ fn unknown_share_and_traversal() {
     assert!(!back.join("s.txt").exists(), "{}", text(&o));
     assert!(text(&o).contains("NT_STATUS_"), "{}", text(&o));
 }
+
+#[test]
+fn encrypted_and_signed_sessions() {
+    let t = start();
+    let local = t.dir.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    std::fs::write(local.join("x.bin"), pattern(700_001, 77)).unwrap();
+    for (i, protection) in ["encrypt", "sign"].iter().enumerate() {
+        let o = std::process::Command::new("smbclient")
+            .arg(format!("//{}/share", t.addr.ip()))
+            .args(["-p", &t.addr.port().to_string()])
+            .args(["-U", &format!("{USER}%{PASS}"), "-m", "SMB3"])
+            .arg(format!("--client-protection={protection}"))
+            .args(["-c", &format!("put x.bin x{i}.bin; get x{i}.bin y{i}.bin")])
+            .current_dir(&local)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{protection}: {}", text(&o));
+        assert_eq!(
+            sha256(&t.share.join(format!("x{i}.bin"))),
+            sha256(&local.join("x.bin"))
+        );
+        assert_eq!(
+            sha256(&local.join(format!("y{i}.bin"))),
+            sha256(&local.join("x.bin"))
+        );
+    }
+}
