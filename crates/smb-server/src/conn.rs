@@ -102,12 +102,26 @@ pub struct Conn {
     pub setup_session_id: Option<u64>,
     /// Sessions logged off in the frame being answered; their channels go once it is signed.
     pub logged_off: Vec<u64>,
+    /// This connection's writer.
+    pub tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
 }
 
 /// Serves one TCP connection until the peer leaves or breaks the protocol.
-pub async fn serve_connection(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
     let local = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    // The writer: response frames in order, and frames other tasks send this connection
+    // (oplock break notifications, completions of async requests).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if let Err(e) = wr.write_all(&frame).await {
+                tracing::debug!(peer = %peer, "SMB write: {e}");
+                break;
+            }
+        }
+    });
     let mut conn = Conn {
         server,
         peer,
@@ -125,12 +139,13 @@ pub async fn serve_connection(server: Arc<Server>, mut stream: TcpStream, peer: 
         extra: Vec::new(),
         setup_session_id: None,
         logged_off: Vec::new(),
+        tx: tx.clone(),
     };
     let framer = DirectTcp::default();
     let mut buf = Vec::new();
     let reason = loop {
         let mut prefix = [0u8; 4];
-        if let Err(e) = stream.read_exact(&mut prefix).await {
+        if let Err(e) = rd.read_exact(&mut prefix).await {
             break format!("read: {e}");
         }
         if prefix[0] != 0 {
@@ -142,31 +157,28 @@ pub async fn serve_connection(server: Arc<Server>, mut stream: TcpStream, peer: 
             break format!("frame of {len} bytes");
         }
         buf.resize(len, 0);
-        if let Err(e) = stream.read_exact(&mut buf).await {
+        if let Err(e) = rd.read_exact(&mut buf).await {
             break format!("read: {e}");
         }
         match conn.handle_frame(&mut buf).await {
             Ok(Some(out)) if !out.is_empty() => {
-                if let Err(e) = stream.write_all(&out).await {
-                    break format!("write: {e}");
+                if tx.send(out).is_err() {
+                    break "writer gone".to_string();
                 }
             }
             Ok(_) => {}
             Err(why) => break why.to_string(),
         }
-        let mut failed = None;
         for f in std::mem::take(&mut conn.extra) {
-            if let Err(e) = stream.write_all(&f).await {
-                failed = Some(format!("write: {e}"));
-                break;
-            }
-        }
-        if let Some(why) = failed {
-            break why;
+            let _ = tx.send(f);
         }
     };
     tracing::debug!(peer = %conn.peer, "SMB connection closed: {reason}");
     conn.teardown();
+    drop(conn);
+    drop(tx);
+    // Frames already queued (an answer before a disconnect) still go out.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
 }
 
 /// Fills in the 4-byte direct-TCP prefix of a frame built with 4 reserved bytes.
