@@ -17,7 +17,7 @@ suites=(smb2.connect smb2.read smb2.rw smb2.dir smb2.getinfo smb2.setinfo smb2.c
     smb2.multichannel)
 check_floor=1
 if [ $# -gt 0 ]; then suites=("$@"); check_floor=0; fi
-per_suite_timeout=${SMBTORTURE_TIMEOUT:-40}
+per_suite_timeout=${SMBTORTURE_TIMEOUT:-60}
 
 if [ "$(id -u)" != 0 ]; then echo "smbtorture.sh: run as root (network namespace)"; exit 1; fi
 for p in smbtorture ip timeout; do

@@ -15,6 +15,8 @@ pub struct Ctx<'a> {
     pub server: &'a crate::state::Server,
     pub session: &'a Arc<Session>,
     pub tree: &'a Arc<Tree>,
+    /// The writer of the connection the request came on.
+    pub tx: &'a tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
 }
 
 impl Conn {
@@ -56,8 +58,12 @@ impl Conn {
             server: &self.server,
             session: &session,
             tree: &tree,
+            tx: &self.tx,
         };
         if let Request::Create(r) = &req {
+            if let Some(key) = crate::fs::open::existing_key(&ctx, r) {
+                crate::fs::oplock::break_and_wait(&self.server, key, &self.tx).await;
+            }
             let result = crate::fs::open::create(&ctx, r, out);
             if let Err(st) = &result {
                 tracing::debug!(peer = %self.peer, "CREATE {:?} disposition {} options {:#x} access {:#x}: {:#x}",
@@ -97,6 +103,9 @@ impl Conn {
                     file_id: fid,
                 });
                 return Outcome::Pending(async_id);
+            }
+            Request::OplockBreak(smb_proto::msg::OplockBreak::Oplock { oplock_level, .. }) => {
+                crate::fs::oplock::acknowledge(&self.server, &open, oplock_level, out)
             }
             Request::OplockBreak(_) => Err(NtStatus::INVALID_PARAMETER),
             _ => Err(NtStatus::NOT_SUPPORTED),

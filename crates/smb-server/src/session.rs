@@ -90,13 +90,20 @@ impl Conn {
                 },
             );
         } else if !self.pending_auth.contains_key(&sid) {
-            // Re-authentication of a live session is not offered.
+            // Re-authentication of a session this connection is a channel of: a new exchange
+            // whose user must be the session's; the keys stay.
             self.setup_session_id = Some(sid);
-            return Outcome::Error(if self.channels.contains_key(&sid) {
-                NtStatus::REQUEST_NOT_ACCEPTED
-            } else {
-                NtStatus::USER_SESSION_DELETED
-            });
+            if !self.channels.contains_key(&sid) {
+                return Outcome::Error(NtStatus::USER_SESSION_DELETED);
+            }
+            self.pending_auth.insert(
+                sid,
+                PendingAuth {
+                    auth: SessionAuth::new(self.challenge_params()),
+                    preauth: self.preauth,
+                    binding: None,
+                },
+            );
         }
         self.setup_session_id = Some(sid);
         let Some(pending) = self.pending_auth.get_mut(&sid) else {
@@ -144,7 +151,23 @@ impl Conn {
                         },
                     );
                     tracing::info!(peer = %self.peer, user = %session.user, "SMB channel bound to session {sid:#x}");
+                } else if let Some(live) = self.channels.get(&sid).map(|c| c.session.clone()) {
+                    if !live.user.eq_ignore_ascii_case(&session.user) {
+                        tracing::warn!(peer = %self.peer, user = %session.user, "SMB re-authentication as another user refused");
+                        return Outcome::Error(NtStatus::ACCESS_DENIED);
+                    }
+                    tracing::debug!(peer = %self.peer, user = %session.user, "SMB session {sid:#x} re-authenticated");
                 } else {
+                    // A new session naming a previous one of the same user replaces it
+                    // (MS-SMB2 3.3.5.5.3): the old one's opens close.
+                    if req.previous_session_id != 0 && req.previous_session_id != sid {
+                        if let Some(old) = self.server.session(req.previous_session_id) {
+                            if old.user.eq_ignore_ascii_case(&session.user) {
+                                end_session(&self.server, &old);
+                                self.server.remove_session(old.id);
+                            }
+                        }
+                    }
                     let keys = SessionKeys::derive_311(&session_key, &pending.preauth, neg.cipher);
                     let signing_required = self.server.config.signing_required
                         || u16::from(req.security_mode) & SECURITY_SIGNING_REQUIRED != 0;
@@ -214,6 +237,18 @@ impl Conn {
         if !inc.header.flags.is_signed() {
             return Err(NtStatus::INVALID_PARAMETER);
         }
+        // Signing algorithm and cipher first, with Windows' statuses (as smbtorture's
+        // bind_negative tests check them), then the client GUID.
+        if session.signing != neg.signing {
+            return Err(if session.signing == SigningAlgorithm::AesGmac {
+                NtStatus::REQUEST_OUT_OF_SEQUENCE
+            } else {
+                NtStatus::NOT_SUPPORTED
+            });
+        }
+        if session.cipher != neg.cipher {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
         if session.client_guid != neg.client_guid {
             return Err(NtStatus::USER_SESSION_DELETED);
         }
@@ -222,9 +257,6 @@ impl Conn {
         }
         if session.state.lock().channels >= MAX_CHANNELS {
             return Err(NtStatus::INSUFFICIENT_RESOURCES);
-        }
-        if session.signing != neg.signing || session.cipher != neg.cipher {
-            return Err(NtStatus::INVALID_PARAMETER);
         }
         let key = SigningKey::new(session.signing, session.keys.signing);
         if !key.verify(inc.bytes) {

@@ -51,6 +51,7 @@ pub struct ShareEntry {
 pub struct FileState {
     pub entries: Vec<ShareEntry>,
     pub delete_pending: bool,
+    pub oplock: Option<crate::fs::oplock::Holder>,
 }
 
 pub struct Server {

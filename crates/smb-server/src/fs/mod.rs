@@ -5,6 +5,7 @@ pub mod info;
 pub mod io;
 pub mod lock;
 pub mod open;
+pub mod oplock;
 pub mod path;
 pub mod setinfo;
 

@@ -130,6 +130,15 @@ fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
     denies(new_access, old.share_access) || denies(old.access, new_share)
 }
 
+/// The file an existing name refers to, for the oplock break before the CREATE proper.
+pub fn existing_key(ctx: &Ctx<'_>, req: &CreateRequest<'_>) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt as _;
+    let share = ctx.tree.share.as_ref()?;
+    let name = req.name_string().ok()?;
+    let m = super::path::resolve(&share.root, &name).ok()?.meta?;
+    Some((m.dev(), m.ino()))
+}
+
 /// The argument checks of MS-SMB2 3.3.5.9, with Samba's statuses.
 fn check_request(req: &CreateRequest<'_>) -> Result<(), NtStatus> {
     const BAD_IMPERSONATION_LEVEL: NtStatus = NtStatus(0xC000_00A5);
@@ -251,6 +260,7 @@ pub fn create(
     };
     let key = (meta.dev(), meta.ino());
     let id = ctx.server.new_id();
+    let granted;
     {
         let mut files = ctx.server.files.lock();
         let st = files.entry(key).or_default();
@@ -272,6 +282,24 @@ pub fn create(
             access,
             share_access: req.share_access,
         });
+        granted = super::oplock::grant(
+            req.requested_oplock_level,
+            st.entries.len() == 1 && st.oplock.is_none(),
+            meta.is_dir(),
+        );
+        if granted != super::oplock::LEVEL_NONE {
+            st.oplock = Some(super::oplock::Holder {
+                open: id,
+                level: granted,
+                file_id: FileId {
+                    persistent: id,
+                    volatile: id,
+                },
+                tx: ctx.tx.clone(),
+                breaking: false,
+                gone: Arc::new(tokio::sync::Notify::new()),
+            });
+        }
     }
     let open = Arc::new(Open {
         persistent: id,
@@ -341,7 +369,7 @@ pub fn create(
         .collect();
     let fid = open.file_id();
     CreateResponse {
-        oplock_level: 0,
+        oplock_level: granted,
         flags: 0,
         create_action: action,
         times: file_times(&meta, &dos),
@@ -400,6 +428,11 @@ fn release(server: &Server, open: &Open) {
         let Some(st) = files.get_mut(&open.key) else {
             return;
         };
+        if st.oplock.as_ref().is_some_and(|h| h.open == open.volatile) {
+            if let Some(h) = st.oplock.take() {
+                h.gone.notify_waiters();
+            }
+        }
         st.entries.retain(|e| e.open != open.volatile);
         if st.entries.is_empty() {
             let pending = st.delete_pending;
