@@ -552,6 +552,7 @@ fn request_file_id(req: &Request<'_>) -> Option<FileId> {
         Request::ChangeNotify(r) => r.file_id,
         Request::QueryInfo(r) => r.file_id,
         Request::SetInfo(r) => r.file_id,
+        Request::OplockBreak(smb_proto::msg::OplockBreak::Oplock { file_id, .. }) => *file_id,
         _ => return None,
     })
 }
