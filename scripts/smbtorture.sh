@@ -109,6 +109,11 @@ for s in "${suites[@]}"; do
 done
 printf '%-40s %8d %8d\n' total "$total" "$failed"
 echo "subunit logs and the server log: $out"
+if grep -q "panicked" "$work/serve.log"; then
+    grep -A3 "panicked" "$work/serve.log" | head -20
+    echo "smbtorture.sh: the server panicked"
+    exit 1
+fi
 
 if [ "$check_floor" = 1 ]; then
     floor=$(grep -vE '^[[:space:]]*(#|$)' scripts/smbtorture-floor.txt | head -1)

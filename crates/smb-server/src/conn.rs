@@ -255,6 +255,17 @@ impl Conn {
         let (_, plain) = transform::decrypt(cipher, session.keys.c2s_cipher.as_bytes(), frame)
             .map_err(|_| "transform does not decrypt")?;
         let mut out = self.handle_chain(plain, Some(&session), None).await?;
+        // Async completions queued meanwhile (a CANCEL's answer) go out encrypted too.
+        for f in std::mem::take(&mut self.extra) {
+            if let Some(body) = f.get(4..).filter(|b| !b.is_empty()) {
+                let sealed = encrypt_frame(&session, body.to_vec())?;
+                self.extra.push(sealed);
+            }
+        }
+        if out.len() <= 4 {
+            // Only CANCELs: nothing to answer now.
+            return Ok(None);
+        }
         let body = out.split_off(4);
         encrypt_frame(&session, body).map(Some)
     }

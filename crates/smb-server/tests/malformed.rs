@@ -197,6 +197,24 @@ fn credit_abuse_disconnects() {
 }
 
 #[test]
+fn a_lone_cancel_gets_no_answer_and_the_connection_stays() {
+    let t = common::start();
+    let mut s = connect(t.addr);
+    negotiate(&mut s);
+    send(
+        &mut s,
+        &encode_message(&header(Command::Cancel, 5), &smb_proto::msg::CancelRequest),
+    );
+    send(
+        &mut s,
+        &encode_message(&header(Command::Echo, 1), &EchoRequest),
+    );
+    let r = recv(&mut s).expect("ECHO answered after the CANCEL");
+    let h = Header::decode(&r).unwrap();
+    assert_eq!((h.command, h.message_id), (Command::Echo, 1));
+}
+
+#[test]
 fn random_frames_after_negotiate_never_kill_the_server() {
     let t = common::start();
     for seed in 1..40u64 {
