@@ -80,6 +80,9 @@ impl Conn {
                 return Outcome::Error(s);
             }
         } else if sid == 0 {
+            if self.pending_auth.len() >= crate::state::MAX_PENDING_AUTH {
+                return Outcome::Error(NtStatus::INSUFFICIENT_RESOURCES);
+            }
             sid = self.server.new_id();
             self.pending_auth.insert(
                 sid,

@@ -18,6 +18,11 @@ use crate::users::Users;
 
 /// Most channels one session may have (MS-SMB2 3.3.5.5.2 lets the server choose).
 pub const MAX_CHANNELS: usize = 32;
+/// Bounds on what one peer can make the server hold: authentications in progress per
+/// connection, tree connects and opens per session (each open holds a file descriptor).
+pub const MAX_PENDING_AUTH: usize = 16;
+pub const MAX_TREES: usize = 1024;
+pub const MAX_OPENS: usize = 16384;
 
 /// An exported directory.
 #[derive(Debug)]

@@ -42,6 +42,9 @@ pub fn tree_connect(
     let read_only = share.as_ref().is_some_and(|s| s.read_only);
     let tree_id = {
         let mut st = session.state.lock();
+        if st.trees.len() >= crate::state::MAX_TREES {
+            return Err(NtStatus::INSUFFICIENT_RESOURCES);
+        }
         let id = st.next_tree;
         st.next_tree = st.next_tree.wrapping_add(1).max(1);
         st.trees.insert(

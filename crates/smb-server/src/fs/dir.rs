@@ -30,26 +30,72 @@ pub struct Listing {
     next: usize,
 }
 
-/// Wildcard match, case-insensitive (MS-FSA 2.1.4.4, without 8.3 names).
+/// Wildcard match, case-insensitive (MS-FSA 2.1.4.4, without 8.3 names). The set of name
+/// positions reachable after each pattern character is carried forward, so time is
+/// O(pattern x name) and there is no recursion, whatever a client sends as pattern.
 pub fn matches(pattern: &[char], name: &[char]) -> bool {
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((&'*', rest)) | Some((&'<', rest)) => {
-            (0..=name.len()).any(|i| name.get(i..).is_some_and(|n| matches(rest, n)))
-        }
-        Some((&'?', rest)) | Some((&'>', rest)) => match name.split_first() {
-            Some((_, n)) => matches(rest, n),
-            None => pattern.iter().all(|c| *c == '>' || *c == '"' || *c == '*'),
-        },
-        Some((&'"', rest)) => match name.split_first() {
-            Some(('.', n)) => matches(rest, n),
-            _ => matches(rest, name),
-        },
-        Some((p, rest)) => match name.split_first() {
-            Some((c, n)) => (c == p || c.to_lowercase().eq(p.to_lowercase())) && matches(rest, n),
-            None => false,
-        },
+    let n = name.len();
+    let mut cur = vec![false; n + 1];
+    let mut next = vec![false; n + 1];
+    if let Some(c) = cur.first_mut() {
+        *c = true;
     }
+    let eq = |a: char, b: char| a == b || a.to_lowercase().eq(b.to_lowercase());
+    for &p in pattern {
+        next.iter_mut().for_each(|v| *v = false);
+        let mut any = false;
+        for i in 0..=n {
+            if !cur.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            match p {
+                '*' | '<' => {
+                    // Any number of characters from here on.
+                    for v in next.iter_mut().skip(i) {
+                        *v = true;
+                    }
+                    any = true;
+                    break;
+                }
+                '?' | '>' => {
+                    if i < n {
+                        if let Some(v) = next.get_mut(i + 1) {
+                            *v = true;
+                        }
+                    } else if p == '>' {
+                        // DOS_QM matches nothing at the end of the name.
+                        if let Some(v) = next.get_mut(i) {
+                            *v = true;
+                        }
+                    }
+                }
+                '"' => {
+                    // DOS_DOT: a dot, or nothing at the end of the name.
+                    if name.get(i) == Some(&'.') {
+                        if let Some(v) = next.get_mut(i + 1) {
+                            *v = true;
+                        }
+                    } else if i == n {
+                        if let Some(v) = next.get_mut(i) {
+                            *v = true;
+                        }
+                    }
+                }
+                c => {
+                    if name.get(i).is_some_and(|&x| eq(x, c)) {
+                        if let Some(v) = next.get_mut(i + 1) {
+                            *v = true;
+                        }
+                    }
+                }
+            }
+        }
+        std::mem::swap(&mut cur, &mut next);
+        if !any && !cur.iter().any(|v| *v) {
+            return false;
+        }
+    }
+    cur.get(n).copied().unwrap_or(false)
 }
 
 fn scan(open: &Open, pattern: &str) -> Result<Listing, NtStatus> {
@@ -235,5 +281,13 @@ mod tests {
         assert!(m("a*b*c", "aXXbYYc"));
         assert!(m("foo", "FOO"));
         assert!(!m("foo", "fo"));
+        assert!(m("a\"b", "a.b"));
+        assert!(m("x>", "x"));
+        assert!(m("<.txt", "a.b.txt"));
+        // A hostile pattern stays cheap (exponential backtracking would not finish).
+        let hostile = "*a".repeat(5000) + "b";
+        let name = "a".repeat(255);
+        assert!(!m(&hostile, &name));
+        assert!(m(&"*".repeat(30000), &name));
     }
 }

@@ -204,6 +204,9 @@ pub fn create(
     {
         return Err(NtStatus::ACCESS_DENIED);
     }
+    if ctx.session.state.lock().opens.len() >= crate::state::MAX_OPENS {
+        return Err(NtStatus::INSUFFICIENT_RESOURCES);
+    }
     let r = super::path::resolve(&share.root, &name)?;
     let want_dir = opts & OPT_DIRECTORY != 0;
     let (action, file, meta) = match &r.meta {
