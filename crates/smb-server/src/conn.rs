@@ -83,6 +83,9 @@ pub struct AsyncOp {
     pub header: Header,
     pub session_id: u64,
     pub file_id: FileId,
+    /// Set by whoever answers it first (CANCEL, CLOSE, a change event).
+    pub done: Arc<std::sync::atomic::AtomicBool>,
+    pub encrypted: bool,
 }
 
 pub struct Conn {
@@ -204,6 +207,9 @@ impl Conn {
     /// Every channel of this connection goes; a session whose last channel this was ends, and
     /// its opens close.
     fn teardown(&mut self) {
+        for op in &self.async_ops {
+            op.done.store(true, std::sync::atomic::Ordering::Release);
+        }
         for (id, ch) in self.channels.drain() {
             let last = {
                 let mut st = ch.session.state.lock();
@@ -513,6 +519,16 @@ impl Conn {
 
     /// Sends the final response of an async request with an empty ERROR body.
     pub fn complete_async(&mut self, op: AsyncOp, status: NtStatus) {
+        if op.done.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let out = self.async_frame(&op, status, false);
+        self.extra.push(out);
+    }
+
+    /// The final answer of an async request: ERROR body, or for STATUS_NOTIFY_ENUM_DIR an
+    /// empty CHANGE_NOTIFY response; signed as the request asks; encrypted when `seal`.
+    pub fn async_frame(&self, op: &AsyncOp, status: NtStatus, seal: bool) -> Vec<u8> {
         let mut rh = Header::response_to(&op.header, status, 0);
         rh.ids = HeaderIds::Async {
             async_id: op.async_id,
@@ -521,8 +537,17 @@ impl Conn {
         rh.session_id = op.session_id;
         let mut out = vec![0u8; 4];
         rh.encode(&mut out);
-        ErrorResponse::default().encode(&mut out);
+        if status == crate::fs::status::NOTIFY_ENUM_DIR {
+            smb_proto::msg::ChangeNotifyResponse { output: &[] }.encode(&mut out);
+        } else {
+            ErrorResponse::default().encode(&mut out);
+        }
         if let Some(ch) = self.channels.get(&op.session_id) {
+            if seal {
+                if let Ok(f) = encrypt_frame(&ch.session, out.get(4..).unwrap_or(&[]).to_vec()) {
+                    return f;
+                }
+            }
             if op.header.flags.is_signed() || ch.session.signing_required {
                 if let Some(msg) = out.get_mut(4..) {
                     let _ = ch.signing.sign(msg);
@@ -530,7 +555,7 @@ impl Conn {
             }
         }
         set_prefix(&mut out);
-        self.extra.push(out);
+        out
     }
 }
 

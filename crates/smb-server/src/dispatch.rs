@@ -91,17 +91,30 @@ impl Conn {
             Request::SetInfo(r) => crate::fs::setinfo::set_info(&ctx, &open, &r, out),
             Request::QueryDirectory(r) => crate::fs::dir::query_directory(&ctx, &open, &r, out),
             Request::Lock(r) => crate::fs::lock::lock(&ctx, &open, &r, out),
-            Request::ChangeNotify(_) => {
+            Request::ChangeNotify(notify) => {
                 if !open.is_dir {
                     return Outcome::Error(NtStatus::INVALID_PARAMETER);
                 }
                 let async_id = self.new_async_id();
-                self.async_ops.push(crate::conn::AsyncOp {
+                let op = crate::conn::AsyncOp {
                     async_id,
                     header: inc.header.clone(),
                     session_id: inc.session_id,
                     file_id: fid,
+                    done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                    encrypted: inc.encrypted,
+                };
+                let frame =
+                    self.async_frame(&op, crate::fs::status::NOTIFY_ENUM_DIR, inc.encrypted);
+                let tree = notify.flags & smb_proto::msg::info::WATCH_TREE != 0;
+                self.server.watch(crate::state::Watch {
+                    dir: open.path.lock().clone(),
+                    tree,
+                    done: op.done.clone(),
+                    frame,
+                    tx: self.tx.clone(),
                 });
+                self.async_ops.push(op);
                 return Outcome::Pending(async_id);
             }
             Request::OplockBreak(smb_proto::msg::OplockBreak::Oplock { oplock_level, .. }) => {

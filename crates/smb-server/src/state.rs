@@ -59,8 +59,19 @@ pub struct FileState {
     pub oplock: Option<crate::fs::oplock::Holder>,
 }
 
+/// A pending CHANGE_NOTIFY: its final answer (STATUS_NOTIFY_ENUM_DIR, built, signed or
+/// encrypted when it was registered) goes out on the first change in `dir`.
+pub struct Watch {
+    pub dir: PathBuf,
+    pub tree: bool,
+    pub done: Arc<AtomicBool>,
+    pub frame: Vec<u8>,
+    pub tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+}
+
 pub struct Server {
     pub config: SmbConfig,
+    pub watches: Mutex<Vec<Watch>>,
     pub shares: Vec<Arc<Share>>,
     pub users: Users,
     pub server_guid: [u8; 16],
@@ -81,6 +92,7 @@ impl Server {
             server_guid,
             start_time: crate::wire::now_filetime(),
             sessions: Mutex::new(HashMap::new()),
+            watches: Mutex::new(Vec::new()),
             files: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
             // Random high bits keep ids of different server runs apart.
@@ -109,6 +121,26 @@ impl Server {
     pub fn remove_session(&self, id: u64) -> Option<Arc<Session>> {
         self.sessions.lock().remove(&id)
     }
+    pub fn watch(&self, w: Watch) {
+        let mut list = self.watches.lock();
+        list.retain(|w| !w.done.load(Ordering::Relaxed));
+        list.push(w);
+    }
+
+    /// Something at `path` changed (created, deleted, renamed, resized, retimed): the
+    /// CHANGE_NOTIFYs on its directory (or above it, with WATCH_TREE) complete.
+    pub fn changed(&self, path: &std::path::Path) {
+        let mut list = self.watches.lock();
+        for w in list.iter() {
+            let hit = path.parent() == Some(w.dir.as_path())
+                || (w.tree && path != w.dir && path.starts_with(&w.dir));
+            if hit && !w.done.swap(true, Ordering::AcqRel) {
+                let _ = w.tx.send(w.frame.clone());
+            }
+        }
+        list.retain(|w| !w.done.load(Ordering::Relaxed));
+    }
+
     pub fn session_count(&self) -> usize {
         self.sessions.lock().len()
     }

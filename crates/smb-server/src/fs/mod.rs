@@ -35,6 +35,7 @@ pub mod status {
     pub const FS_DRIVER_REQUIRED: NtStatus = NtStatus(0xC000_019C);
     pub const NOT_SAME_DEVICE: NtStatus = NtStatus(0xC000_00D4);
     pub const NOTIFY_CLEANUP: NtStatus = NtStatus(0x0000_010B);
+    pub const NOTIFY_ENUM_DIR: NtStatus = NtStatus(0x0000_010C);
 }
 
 /// Maps an I/O error from the server's filesystem to the status the client sees.

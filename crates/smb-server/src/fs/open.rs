@@ -350,6 +350,9 @@ pub fn create(
                 rustix::fs::fallocate(&open.file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, size);
         }
     }
+    if action != 1 {
+        ctx.server.changed(&open.path.lock());
+    }
     let meta = open.file.metadata().unwrap_or(meta);
     let dos = Dos::of_file(&open.file);
     let mut ctx_data: Vec<(&[u8], Vec<u8>)> = Vec::new();
@@ -452,8 +455,9 @@ fn release(server: &Server, open: &Open) {
         } else {
             std::fs::remove_file(&path)
         };
-        if let Err(e) = r {
-            tracing::debug!(path = %path.display(), "SMB delete on close: {e}");
+        match r {
+            Ok(()) => server.changed(&path),
+            Err(e) => tracing::debug!(path = %path.display(), "SMB delete on close: {e}"),
         }
     }
 }

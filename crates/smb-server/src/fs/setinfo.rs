@@ -200,6 +200,8 @@ fn rename(ctx: &Ctx<'_>, open: &Arc<Open>, b: &[u8]) -> Result<(), NtStatus> {
         }
     }
     std::fs::rename(&from, &r.path).map_err(|e| io_status(&e))?;
+    ctx.server.changed(&from);
+    ctx.server.changed(&r.path);
     *open.path.lock() = r.path;
     *open.name.lock() = r.name;
     Ok(())
