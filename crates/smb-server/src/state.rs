@@ -72,6 +72,8 @@ pub struct Watch {
 pub struct Server {
     pub config: SmbConfig,
     pub watches: Mutex<Vec<Watch>>,
+    /// CHANGE_NOTIFYs answered by a change (for tests and diagnostics).
+    pub notified: AtomicU64,
     pub shares: Vec<Arc<Share>>,
     pub users: Users,
     pub server_guid: [u8; 16],
@@ -93,6 +95,7 @@ impl Server {
             start_time: crate::wire::now_filetime(),
             sessions: Mutex::new(HashMap::new()),
             watches: Mutex::new(Vec::new()),
+            notified: AtomicU64::new(0),
             files: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
             // Random high bits keep ids of different server runs apart.
@@ -135,6 +138,7 @@ impl Server {
             let hit = path.parent() == Some(w.dir.as_path())
                 || (w.tree && path != w.dir && path.starts_with(&w.dir));
             if hit && !w.done.swap(true, Ordering::AcqRel) {
+                self.notified.fetch_add(1, Ordering::Relaxed);
                 let _ = w.tx.send(w.frame.clone());
             }
         }

@@ -211,3 +211,68 @@ fn encrypted_and_signed_sessions() {
         );
     }
 }
+
+/// Polls `cond` until it holds or `secs` pass (the state of another process has no event to
+/// wait on).
+fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn change_notify_completes_on_a_change_from_another_connection() {
+    let t = start();
+    std::fs::create_dir(t.share.join("watched")).unwrap();
+    let server = t.server.as_ref().unwrap().server.clone();
+    let mut watcher = std::process::Command::new("smbclient")
+        .arg(format!("//{}/share", t.addr.ip()))
+        .args(["-p", &t.addr.port().to_string()])
+        .args(["-U", &format!("{USER}%{PASS}"), "-m", "SMB3"])
+        .args(["-c", "notify watched"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(10, || server.watches.lock().len() == 1),
+        "no CHANGE_NOTIFY registered"
+    );
+    assert_eq!(
+        server.notified.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    let local = t.dir.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    std::fs::write(local.join("n.txt"), b"new").unwrap();
+    let o = smbclient(
+        t.addr,
+        "share",
+        USER,
+        PASS,
+        &local,
+        "put n.txt watched\\n.txt",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    // The put answered the watch (smbclient then asks again, so one is registered anew).
+    assert!(
+        eventually(10, || server
+            .notified
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 1),
+        "the watch was not answered"
+    );
+    let _ = watcher.kill();
+    let out = watcher.wait_with_output().unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains("NT_STATUS_ACCESS_DENIED"), "{all}");
+}
