@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod asyncop;
 pub mod config;
 pub mod conn;
 pub mod dispatch;
