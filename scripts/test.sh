@@ -126,6 +126,11 @@ step "interop (scripts/interop.sh)"
 scripts/interop.sh
 interop="ran"
 
+# --- SMB: smbtorture against lanes serve, in a network namespace ----------------------------------
+step "smbtorture (scripts/smbtorture.sh, floor in scripts/smbtorture-floor.txt)"
+cargo build --release -q -p lanes
+$sudo_cmd env "PATH=$PATH" LANES_BIN=target/release/lanes scripts/smbtorture.sh
+
 # --- fuzz smoke ---------------------------------------------------------------------------------
 # cargo-fuzz needs nightly-only compiler flags; on a stable-only machine RUSTC_BOOTSTRAP lets the
 # stable compiler accept them for this build alone.

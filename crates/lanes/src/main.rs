@@ -1,5 +1,6 @@
-//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target), `status`, `alua`, `reload`,
-//! `config`, `lab`, `attach`, `bench` and `doctor`; and `generate` (man pages, completions) for
+//! `lanes`: the one binary. Subcommands: `serve` (the iSCSI target and, with `[[share]]`
+//! sections, the SMB server), `status`, `alua`, `reload`, `config`, `lab`, `attach`, `bench`,
+//! `doctor` and `smb`; and `generate` (man pages, completions) for
 //! packaging.
 
 mod attach;
@@ -11,6 +12,7 @@ mod lab;
 mod notify;
 mod reload;
 mod serve;
+mod smb;
 mod status;
 
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
@@ -53,6 +55,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Check a target's portals and paths; print the host configuration that works.
     Doctor(doctor::DoctorArgs),
+    /// SMB file shares: manage the users file (`lanes smb user add NAME`).
+    Smb(smb::SmbArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -132,6 +136,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Bench(args) => bench::run(args).await,
             Command::Attach(args) => attach::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
+            Command::Smb(args) => smb::run(args),
         }
     })
 }

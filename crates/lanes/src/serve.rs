@@ -80,6 +80,7 @@ impl ServeArgs {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = args.overrides();
+    let overrides_config = overrides.config.clone();
     let config = ServeConfig::from_cli(&overrides)?;
     // A reload (SIGHUP, `lanes reload`) re-reads --config and applies the same flags again.
     let source = ConfigSource::from_cli(&overrides);
@@ -87,6 +88,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .prepare_storage()
         .context("preparing backing files")
         .map_err(|e| explain_read_only(e, &config, under_systemd()))?;
+    // SMB shares ([[share]] in --config) are served next to the iSCSI target.
+    let smb = crate::smb::start_for_serve(overrides_config.as_deref(), &config.data_dir)
+        .await
+        .context("starting the SMB server")?;
+    let smb_banner = smb.as_ref().map(crate::smb::banner);
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_iscsi_target::ServeInfo>();
     let banner_config = config.clone();
     let storage_config = config.clone();
@@ -99,6 +105,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             };
             let portals = info.portals.len();
             print!("{}", banner_from(&banner_config, info).render());
+            if let Some(text) = &smb_banner {
+                print!("{text}");
+            }
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             notify::notify_or_log(&format!(
@@ -123,6 +132,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let result = lanes_iscsi_target::serve(config, source, ready_tx).await;
     printer.abort();
     stopping.abort();
+    drop(smb);
     result.map_err(|e| explain_read_only(e.into(), &storage_config, under_systemd()))?;
     Ok(())
 }

@@ -93,6 +93,12 @@ struct RawFile {
     target: Vec<Spanned<RawTarget>>,
     limits: Option<super::limits::RawLimits>,
     cluster: Option<Spanned<super::cluster::RawCluster>>,
+    /// `[smb]` and `[[share]]` belong to the SMB server (crate lanes-smb-server), which reads
+    /// the same file; they are skipped here.
+    #[allow(dead_code)]
+    smb: Option<serde::de::IgnoredAny>,
+    #[allow(dead_code)]
+    share: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]

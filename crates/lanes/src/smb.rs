@@ -1,0 +1,199 @@
+//! SMB in the lanes binary: `lanes smb user add`, and starting the SMB server from
+//! `lanes serve` when the configuration file has `[[share]]` sections.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use lanes_smb_server::{SmbConfig, SmbServer, Users};
+
+#[derive(Debug, Args)]
+pub struct SmbArgs {
+    #[command(subcommand)]
+    command: SmbCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum SmbCommand {
+    /// Manage the SMB users file (name:NT-hash lines, mode 0600).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Add a user, or set a user's password: read from --password-file, else from the terminal
+    /// (asked twice) or the first line of standard input.
+    Add(UserAddArgs),
+}
+
+#[derive(Debug, Args)]
+struct UserAddArgs {
+    /// The user name clients log on with.
+    name: String,
+    /// Read the password from the first line of FILE.
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<PathBuf>,
+    /// The users file [default: [smb] users-file of --config, else <data-dir>/smb-users].
+    #[arg(long, value_name = "FILE")]
+    users_file: Option<PathBuf>,
+    /// The lanes configuration file, for its users-file and data-dir.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory of the default users file [default: ./lanes-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+pub fn run(args: SmbArgs) -> anyhow::Result<()> {
+    match args.command {
+        SmbCommand::User(UserCommand::Add(a)) => user_add(a),
+    }
+}
+
+fn user_add(a: UserAddArgs) -> anyhow::Result<()> {
+    let path = match a.users_file {
+        Some(p) => p,
+        None => {
+            let overrides = lanes_iscsi_target::config::CliOverrides {
+                config: a.config.clone(),
+                data_dir: a.data_dir.clone(),
+                ..Default::default()
+            };
+            let serve = lanes_iscsi_target::config::ServeConfig::from_cli(&overrides)?;
+            let mut users_file = serve.data_dir.join("smb-users");
+            if let Some(file) = &a.config {
+                let text =
+                    std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
+                if let Some(c) = SmbConfig::from_file_text(file, &text, &serve.data_dir)? {
+                    users_file = c.users_file;
+                }
+            }
+            users_file
+        }
+    };
+    let password = read_password(a.password_file.as_deref())?;
+    if password.is_empty() {
+        anyhow::bail!("empty password");
+    }
+    Users::add_to_file(&path, &a.name, &password)?;
+    println!("user {} set in {}", a.name, path.display());
+    Ok(())
+}
+
+fn read_password(file: Option<&Path>) -> anyhow::Result<String> {
+    if let Some(f) = file {
+        let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
+        return Ok(text.lines().next().unwrap_or("").to_string());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        let mut line = String::new();
+        stdin.lock().read_line(&mut line)?;
+        return Ok(line.trim_end_matches(['\r', '\n']).to_string());
+    }
+    let first = prompt_hidden("Password: ")?;
+    let second = prompt_hidden("Again: ")?;
+    if first != second {
+        anyhow::bail!("the passwords differ");
+    }
+    Ok(first)
+}
+
+/// Reads one line from the terminal with echo off.
+fn prompt_hidden(prompt: &str) -> anyhow::Result<String> {
+    use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions};
+    let stdin = std::io::stdin();
+    eprint!("{prompt}");
+    std::io::stderr().flush()?;
+    let saved = tcgetattr(&stdin)?;
+    let mut quiet = saved.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    tcsetattr(&stdin, OptionalActions::Now, &quiet)?;
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    tcsetattr(&stdin, OptionalActions::Now, &saved)?;
+    eprintln!();
+    read?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// Starts the SMB server when `config_file` has shares; None otherwise.
+pub async fn start_for_serve(
+    config_file: Option<&Path>,
+    data_dir: &Path,
+) -> anyhow::Result<Option<SmbServer>> {
+    let Some(file) = config_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
+    let Some(cfg) = SmbConfig::from_file_text(file, &text, data_dir)? else {
+        return Ok(None);
+    };
+    let users = Users::load(&cfg.users_file).with_context(|| {
+        format!(
+            "SMB users (add one with `lanes smb user add NAME --users-file {}`)",
+            cfg.users_file.display()
+        )
+    })?;
+    if users.is_empty() {
+        tracing::warn!(
+            "{}: no SMB users; nobody can connect",
+            cfg.users_file.display()
+        );
+    }
+    Ok(Some(SmbServer::start(cfg, users).await?))
+}
+
+/// The banner's SMB part: each share and the Linux mount command per host address.
+pub fn banner(server: &SmbServer) -> String {
+    let cfg = &server.server.config;
+    let mut out = String::from("\nSMB 3.1.1 shares (multichannel):\n");
+    for s in &cfg.shares {
+        let ro = if s.read_only { ", read-only" } else { "" };
+        out.push_str(&format!("  {} -> {}{ro}\n", s.name, s.path.display()));
+    }
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for l in &server.addrs {
+        if l.ip().is_unspecified() {
+            for nic in lanes_smb_server::ioctl::interfaces(cfg, *l) {
+                if !nic.address.is_loopback() && !is_link_local(nic.address) {
+                    addrs.push(SocketAddr::new(nic.address, l.port()));
+                }
+            }
+        } else {
+            addrs.push(*l);
+        }
+    }
+    let channels = addrs.len().clamp(1, 32);
+    out.push_str("Linux host, per address:\n");
+    for a in &addrs {
+        let port = if a.port() == 445 {
+            String::new()
+        } else {
+            format!(",port={}", a.port())
+        };
+        let share = cfg.shares.first().map_or("SHARE", |s| s.name.as_str());
+        out.push_str(&format!(
+            "  mount -t cifs //{}/{share} /mnt -o vers=3.1.1,username=USER,multichannel,max_channels={channels}{port}\n",
+            host(a.ip())
+        ));
+    }
+    out
+}
+
+fn host(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}

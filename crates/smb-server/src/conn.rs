@@ -1,0 +1,543 @@
+//! One task per connection: direct-TCP frames in, one write per response frame out. Inside a
+//! frame: decryption, the compound chain, credits, session and signature checks, dispatch, and
+//! the response chain signed per element.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use smb_proto::credits::{is_charged, CreditPolicy, CreditWindow};
+use smb_proto::crypto::transform::{self, TRANSFORM_PROTOCOL_ID};
+
+use crate::asyncop::encrypt_frame;
+use smb_proto::crypto::{PreauthHash, SigningKey};
+use smb_proto::header::NEXT_COMMAND_OFFSET;
+use smb_proto::msg::{ErrorResponse, FileId, Message as _, Request};
+use smb_proto::server::{Negotiated, SessionAuth};
+use smb_proto::{
+    split_compound_partial, Answer, Command, DirectTcp, Header, HeaderIds, NtStatus, RelatedIds,
+    HEADER_LEN,
+};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::state::{Server, Session};
+
+/// What a handler tells the chain builder. The body is already in the output buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply {
+    pub status: NtStatus,
+    /// The FileId a following related request inherits.
+    pub file_id: Option<FileId>,
+    /// The TreeId a TREE_CONNECT created.
+    pub tree_id: Option<u32>,
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::status(NtStatus::SUCCESS)
+    }
+    pub fn status(status: NtStatus) -> Reply {
+        Reply {
+            status,
+            file_id: None,
+            tree_id: None,
+        }
+    }
+}
+
+/// A handler's answer: a reply, an error (the chain builder writes an ERROR body), the request
+/// goes asynchronous, or the connection must end.
+pub enum Outcome {
+    Reply(Reply),
+    Error(NtStatus),
+    /// Went async with this AsyncId (an interim STATUS_PENDING is sent).
+    Pending(u64),
+    Disconnect(&'static str),
+}
+
+impl From<Result<Reply, NtStatus>> for Outcome {
+    fn from(r: Result<Reply, NtStatus>) -> Self {
+        match r {
+            Ok(r) => Outcome::Reply(r),
+            Err(s) => Outcome::Error(s),
+        }
+    }
+}
+
+/// A channel: this connection's binding to a session, with its own signing key.
+pub struct Channel {
+    pub session: Arc<Session>,
+    pub signing: SigningKey,
+}
+
+/// A SESSION_SETUP exchange in progress on this connection.
+pub struct PendingAuth {
+    pub auth: SessionAuth,
+    pub preauth: PreauthHash,
+    /// The session being bound, for a binding exchange.
+    pub binding: Option<Arc<Session>>,
+}
+
+/// An async request waiting (CHANGE_NOTIFY).
+pub struct AsyncOp {
+    pub async_id: u64,
+    pub header: Header,
+    pub session_id: u64,
+    pub file_id: FileId,
+    /// Set by whoever answers it first (CANCEL, CLOSE, a change event).
+    pub done: Arc<std::sync::atomic::AtomicBool>,
+    pub encrypted: bool,
+}
+
+pub struct Conn {
+    pub server: Arc<Server>,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub negotiated: Option<Negotiated>,
+    pub preauth: PreauthHash,
+    pub window: CreditWindow,
+    pub channels: HashMap<u64, Channel>,
+    pub pending_auth: HashMap<u64, PendingAuth>,
+    pub async_ops: Vec<AsyncOp>,
+    next_async: u64,
+    /// Frames queued besides the response being built (async completions).
+    pub extra: Vec<Vec<u8>>,
+    /// Set by SESSION_SETUP: the SessionId its response carries.
+    pub setup_session_id: Option<u64>,
+    /// Sessions logged off in the frame being answered; their channels go once it is signed.
+    pub logged_off: Vec<u64>,
+    /// This connection's writer.
+    pub tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+}
+
+/// Serves one TCP connection until the peer leaves or breaks the protocol.
+pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
+    let local = stream.local_addr().unwrap_or(peer);
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    // The writer: response frames in order, and frames other tasks send this connection
+    // (oplock break notifications, completions of async requests).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if let Err(e) = wr.write_all(&frame).await {
+                tracing::debug!(peer = %peer, "SMB write: {e}");
+                break;
+            }
+        }
+    });
+    let mut conn = Conn {
+        server,
+        peer,
+        local,
+        negotiated: None,
+        preauth: PreauthHash::default(),
+        window: CreditWindow::new(CreditPolicy {
+            max_outstanding: 8192,
+            max_window: 16384,
+        }),
+        channels: HashMap::new(),
+        pending_auth: HashMap::new(),
+        async_ops: Vec::new(),
+        next_async: 1,
+        extra: Vec::new(),
+        setup_session_id: None,
+        logged_off: Vec::new(),
+        tx: tx.clone(),
+    };
+    let framer = DirectTcp::default();
+    let mut buf = Vec::new();
+    let reason = loop {
+        let mut prefix = [0u8; 4];
+        if let Err(e) = rd.read_exact(&mut prefix).await {
+            break format!("read: {e}");
+        }
+        if prefix[0] != 0 {
+            break format!("frame type byte {:#x}", prefix[0]);
+        }
+        let len =
+            usize::from(prefix[1]) << 16 | usize::from(prefix[2]) << 8 | usize::from(prefix[3]);
+        if len > framer.max_frame || len < 4 {
+            break format!("frame of {len} bytes");
+        }
+        buf.resize(len, 0);
+        if let Err(e) = rd.read_exact(&mut buf).await {
+            break format!("read: {e}");
+        }
+        match conn.handle_frame(&mut buf).await {
+            Ok(Some(out)) if !out.is_empty() => {
+                if tx.send(out).is_err() {
+                    break "writer gone".to_string();
+                }
+            }
+            Ok(_) => {}
+            Err(why) => break why.to_string(),
+        }
+        for f in std::mem::take(&mut conn.extra) {
+            let _ = tx.send(f);
+        }
+    };
+    tracing::debug!(peer = %conn.peer, "SMB connection closed: {reason}");
+    conn.teardown();
+    drop(conn);
+    drop(tx);
+    // Frames already queued (an answer before a disconnect) still go out.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
+}
+
+/// Fills in the 4-byte direct-TCP prefix of a frame built with 4 reserved bytes.
+pub fn set_prefix(out: &mut [u8]) {
+    let len = out.len().saturating_sub(4);
+    if let Some(p) = out.get_mut(..4) {
+        p.copy_from_slice(&((len as u32) & 0x00FF_FFFF).to_be_bytes());
+    }
+}
+
+struct Built {
+    start: usize,
+    key: Option<SigningKey>,
+}
+
+impl Conn {
+    pub fn new_async_id(&mut self) -> u64 {
+        let id = self.next_async;
+        self.next_async += 1;
+        id
+    }
+
+    /// Every channel of this connection goes; a session whose last channel this was ends, and
+    /// its opens close.
+    fn teardown(&mut self) {
+        for op in &self.async_ops {
+            op.done.store(true, std::sync::atomic::Ordering::Release);
+        }
+        for (id, ch) in self.channels.drain() {
+            let last = {
+                let mut st = ch.session.state.lock();
+                st.channels = st.channels.saturating_sub(1);
+                st.channels == 0
+            };
+            if last {
+                crate::session::end_session(&self.server, &ch.session);
+                self.server.remove_session(id);
+            }
+        }
+    }
+
+    async fn handle_frame(&mut self, frame: &mut [u8]) -> Result<Option<Vec<u8>>, &'static str> {
+        if frame.starts_with(&TRANSFORM_PROTOCOL_ID) {
+            return self.handle_transform(frame).await;
+        }
+        if smb_proto::smb1::is_smb1(frame) {
+            return self.handle_smb1(frame).map(Some);
+        }
+        // A chain whose first element is marked related: every element fails with
+        // INVALID_PARAMETER (the first for the flag, the related rest inherit its status).
+        if Header::decode(frame).is_ok_and(|h| h.flags.is_related()) {
+            let mut copy = frame.to_vec();
+            if let Some(f) = copy.get_mut(smb_proto::header::FLAGS_OFFSET) {
+                *f &= !(smb_proto::header::Flags::RELATED_OPERATIONS as u8);
+            }
+            return self
+                .handle_chain(&copy, None, Some(NtStatus::INVALID_PARAMETER))
+                .await
+                .map(Some);
+        }
+        self.handle_chain(frame, None, None).await.map(Some)
+    }
+
+    async fn handle_transform(
+        &mut self,
+        frame: &mut [u8],
+    ) -> Result<Option<Vec<u8>>, &'static str> {
+        let th = transform::TransformHeader::decode(frame).map_err(|_| "bad transform header")?;
+        let ch = self
+            .channels
+            .get(&th.session_id)
+            .ok_or("transform for an unknown session")?;
+        let session = ch.session.clone();
+        let cipher = session
+            .cipher
+            .ok_or("transform without a negotiated cipher")?;
+        let (_, plain) = transform::decrypt(cipher, session.keys.c2s_cipher.as_bytes(), frame)
+            .map_err(|_| "transform does not decrypt")?;
+        let mut out = self.handle_chain(plain, Some(&session), None).await?;
+        // Async completions queued meanwhile (a CANCEL's answer) go out encrypted too.
+        for f in std::mem::take(&mut self.extra) {
+            if let Some(body) = f.get(4..).filter(|b| !b.is_empty()) {
+                let sealed = encrypt_frame(&session, body.to_vec())?;
+                self.extra.push(sealed);
+            }
+        }
+        if out.len() <= 4 {
+            // Only CANCELs: nothing to answer now.
+            return Ok(None);
+        }
+        let body = out.split_off(4);
+        encrypt_frame(&session, body).map(Some)
+    }
+
+    fn handle_smb1(&mut self, frame: &[u8]) -> Result<Vec<u8>, &'static str> {
+        if self.negotiated.is_some() {
+            return Err("SMB1 after NEGOTIATE");
+        }
+        let dialects = smb_proto::smb1::negotiate_dialects(frame).map_err(|_| "SMB1 message")?;
+        if !smb_proto::smb1::offers_smb2_wildcard(&dialects) {
+            return Err("SMB1 negotiate without SMB 2.???");
+        }
+        self.window
+            .consume(0, 0, 0, false)
+            .map_err(|_| "SMB1 negotiate credit")?;
+        let credits = self.window.grant(1);
+        let cfg = crate::session::negotiate_config(&self.server);
+        let hint = smb_proto::auth::spnego::negotiate_hint();
+        let resp = smb_proto::server::wildcard_response(&cfg, crate::wire::now_filetime(), &hint);
+        let mut blank = [0u8; HEADER_LEN];
+        blank[..4].copy_from_slice(&smb_proto::header::PROTOCOL_ID);
+        blank[4] = 64;
+        let mut h = Header::decode(&blank).map_err(|_| "header")?;
+        h.flags.0 = smb_proto::header::Flags::SERVER_TO_REDIR;
+        h.credits = credits;
+        let mut out = vec![0u8; 4];
+        h.encode(&mut out);
+        resp.encode(&mut out);
+        set_prefix(&mut out);
+        Ok(out)
+    }
+
+    async fn handle_chain(
+        &mut self,
+        frame: &[u8],
+        encrypted: Option<&Arc<Session>>,
+        force_first: Option<NtStatus>,
+    ) -> Result<Vec<u8>, &'static str> {
+        let (elements, bad) = split_compound_partial(frame);
+        if elements.is_empty() {
+            return Err("frame is not an SMB2 message");
+        }
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(&[0; 4]);
+        let mut built: Vec<Built> = Vec::with_capacity(elements.len());
+        let mut related = RelatedIds::default();
+        let mut prev_status = NtStatus::SUCCESS;
+        let mut interim_setup: Option<(u64, usize)> = None;
+        for e in &elements {
+            let h = &e.header;
+            if h.flags.is_response() {
+                return Err("a response from the client");
+            }
+            if h.command == Command::Cancel {
+                self.cancel(h);
+                continue;
+            }
+            let decoded = Request::decode(h, e.bytes);
+            let payload = decoded.as_ref().map_or(0, Request::payload_size);
+            let large_mtu = self
+                .negotiated
+                .as_ref()
+                .is_some_and(|n| n.capabilities & smb_proto::msg::negotiate::CAP_LARGE_MTU != 0);
+            let mut early = if e.offset == 0 { force_first } else { None };
+            if is_charged(h.command) {
+                if let Err(ce) =
+                    self.window
+                        .consume(h.message_id, h.credit_charge, payload, large_mtu)
+                {
+                    match ce.answer() {
+                        Answer::Disconnect => return Err("MessageId outside the credit window"),
+                        Answer::Status(s) => early = Some(s),
+                    }
+                }
+            }
+            let (session_id, tree_id) = related.ids_for(h);
+            if let Some(prev) = built.last() {
+                crate::wire::pad8(&mut out, prev.start);
+                let next = (out.len() - prev.start) as u32;
+                crate::wire::patch_u32(&mut out, prev.start + NEXT_COMMAND_OFFSET, next);
+            }
+            let start = out.len();
+            out.resize(start + HEADER_LEN, 0);
+            let outcome = if let Some(s) = early {
+                Outcome::Error(s)
+            } else if h.flags.is_related() && prev_status.is_error() {
+                Outcome::Error(prev_status)
+            } else if self.negotiated.is_none() && h.command != Command::Negotiate {
+                return Err("request before NEGOTIATE");
+            } else {
+                match decoded {
+                    Err(de) => match log_undecodable(self.peer, h.command, &de) {
+                        Answer::Disconnect => return Err("undecodable request"),
+                        Answer::Status(s) => Outcome::Error(s),
+                    },
+                    Ok(req) => {
+                        let fid = request_file_id(&req).map(|f| related.file_id_for(h, f));
+                        let ctx = Incoming {
+                            header: h,
+                            bytes: e.bytes,
+                            session_id,
+                            tree_id,
+                            file_id: fid,
+                            encrypted: encrypted.is_some(),
+                        };
+                        self.dispatch(ctx, req, &mut out).await
+                    }
+                }
+            };
+            let (status, file_id, async_id, new_tree) = match outcome {
+                Outcome::Disconnect(why) => return Err(why),
+                Outcome::Reply(r) => (r.status, r.file_id, None, r.tree_id),
+                Outcome::Error(s) => {
+                    out.truncate(start + HEADER_LEN);
+                    ErrorResponse::default().encode(&mut out);
+                    (s, None, None, None)
+                }
+                Outcome::Pending(id) => {
+                    out.truncate(start + HEADER_LEN);
+                    ErrorResponse::default().encode(&mut out);
+                    (NtStatus::PENDING, None, Some(id), None)
+                }
+            };
+            let tree_id = new_tree.or(tree_id);
+            tracing::trace!(peer = %self.peer, "{:?} mid {} -> {:#x}", h.command, h.message_id, status.0);
+            let grant = self.window.grant(h.credits.max(1));
+            let mut rh = Header::response_to(h, status, grant);
+            if let Some(id) = async_id {
+                rh.ids = HeaderIds::Async { async_id: id };
+            }
+            // Related requests' all-ones ids are answered with the real ones; SESSION_SETUP
+            // names the session it created.
+            rh.session_id = self.setup_session_id.take().unwrap_or(session_id);
+            if let (HeaderIds::Sync { process_id, .. }, Some(t)) = (rh.ids, tree_id) {
+                rh.ids = HeaderIds::Sync {
+                    process_id,
+                    tree_id: t,
+                };
+            }
+            if let Some(slot) = out.get_mut(start..start + HEADER_LEN) {
+                slot.copy_from_slice(&rh.to_bytes());
+            }
+            let key = self.response_key(h, rh.session_id, status, encrypted.is_some());
+            built.push(Built { start, key });
+            related = RelatedIds {
+                session_id,
+                tree_id: tree_id.unwrap_or(related.tree_id),
+                file_id: file_id.or(related.file_id),
+            };
+            prev_status = if status == NtStatus::PENDING {
+                NtStatus::SUCCESS
+            } else {
+                status
+            };
+            if h.command == Command::SessionSetup && status == NtStatus::MORE_PROCESSING_REQUIRED {
+                // Hashed once signed (an interim binding response is).
+                interim_setup = Some((rh.session_id, built.len() - 1));
+            }
+            if h.command == Command::Negotiate && status == NtStatus::SUCCESS {
+                self.preauth.update(out.get(start..).unwrap_or(&[]));
+            }
+        }
+        if let Some(err) = bad {
+            // The malformed element ends the chain; the well-formed ones were answered.
+            tracing::debug!(peer = %self.peer, "malformed compound: {err}");
+        }
+        if built.is_empty() {
+            // Only CANCELs: their answers (if any) are in `extra`.
+            return Ok(Vec::new());
+        }
+        let ends: Vec<usize> = built
+            .iter()
+            .skip(1)
+            .map(|b| b.start)
+            .chain(std::iter::once(out.len()))
+            .collect();
+        for (b, end) in built.iter().zip(ends) {
+            if let (Some(key), Some(msg)) = (&b.key, out.get_mut(b.start..end)) {
+                key.sign(msg).map_err(|_| "signing")?;
+            }
+        }
+        if let Some((sid, i)) = interim_setup {
+            let start = built.get(i).map_or(0, |b| b.start);
+            let end = built.get(i + 1).map_or(out.len(), |b| b.start);
+            if let (Some(p), Some(msg)) = (self.pending_auth.get_mut(&sid), out.get(start..end)) {
+                p.preauth.update(msg);
+            }
+        }
+        for id in std::mem::take(&mut self.logged_off) {
+            self.channels.remove(&id);
+        }
+        set_prefix(&mut out);
+        Ok(out)
+    }
+
+    /// The key to sign a response with, or None.
+    fn response_key(
+        &self,
+        req: &Header,
+        session_id: u64,
+        status: NtStatus,
+        encrypted: bool,
+    ) -> Option<SigningKey> {
+        if encrypted {
+            return None;
+        }
+        let Some(ch) = self.channels.get(&session_id) else {
+            // Responses to a binding exchange (interim ones and errors) are signed with the
+            // session's own key.
+            if let Some(bound) = self
+                .pending_auth
+                .get(&session_id)
+                .and_then(|p| p.binding.as_ref())
+            {
+                return Some(SigningKey::new(bound.signing, bound.keys.signing));
+            }
+            if req.command == Command::SessionSetup && req.flags.is_signed() {
+                let s = self.server.session(session_id)?;
+                return Some(SigningKey::new(s.signing, s.keys.signing));
+            }
+            return None;
+        };
+        if status == NtStatus::USER_SESSION_DELETED || status == NtStatus::NETWORK_SESSION_EXPIRED {
+            return None;
+        }
+        let final_setup = req.command == Command::SessionSetup && status == NtStatus::SUCCESS;
+        if final_setup || req.flags.is_signed() || ch.session.signing_required {
+            Some(ch.signing.clone())
+        } else {
+            None
+        }
+    }
+}
+
+/// A request on its way to a handler, with the related-compound substitution applied.
+pub struct Incoming<'a> {
+    pub header: &'a Header,
+    /// The whole message, header first.
+    pub bytes: &'a [u8],
+    pub session_id: u64,
+    pub tree_id: Option<u32>,
+    /// The FileId the request names; Some(None) when it asks for a previous one that is absent.
+    pub file_id: Option<Option<FileId>>,
+    pub encrypted: bool,
+}
+
+fn log_undecodable(peer: SocketAddr, command: Command, e: &smb_proto::DecodeError) -> Answer {
+    tracing::debug!(peer = %peer, "undecodable {command:?}: {e}");
+    e.answer()
+}
+
+fn request_file_id(req: &Request<'_>) -> Option<FileId> {
+    Some(match req {
+        Request::Close(r) => r.file_id,
+        Request::Flush(r) => r.file_id,
+        Request::Read(r) => r.file_id,
+        Request::Write(r) => r.file_id,
+        Request::Lock(r) => r.file_id,
+        Request::Ioctl(r) => r.file_id,
+        Request::QueryDirectory(r) => r.file_id,
+        Request::ChangeNotify(r) => r.file_id,
+        Request::QueryInfo(r) => r.file_id,
+        Request::SetInfo(r) => r.file_id,
+        Request::OplockBreak(smb_proto::msg::OplockBreak::Oplock { file_id, .. }) => *file_id,
+        _ => return None,
+    })
+}

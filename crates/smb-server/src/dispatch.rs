@@ -1,0 +1,158 @@
+//! From a decoded request to its handler: the session, signature and tree checks of
+//! MS-SMB2 3.3.5.2.9-11 first.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use smb_proto::msg::{EchoResponse, Message as _, Request};
+use smb_proto::NtStatus;
+
+use crate::conn::{Conn, Incoming, Outcome, Reply};
+use crate::state::{Session, Tree};
+
+/// The session and tree a file-level request runs in.
+pub struct Ctx<'a> {
+    pub server: &'a crate::state::Server,
+    pub session: &'a Arc<Session>,
+    pub tree: &'a Arc<Tree>,
+    /// The writer of the connection the request came on.
+    pub tx: &'a tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Conn {
+    pub async fn dispatch(
+        &mut self,
+        inc: Incoming<'_>,
+        req: Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        match &req {
+            Request::Negotiate(r) => return self.negotiate(&inc, r, out),
+            Request::SessionSetup(r) => return self.session_setup(&inc, r, out),
+            Request::Echo(_) => {
+                EchoResponse.encode(out);
+                return Outcome::Reply(Reply::ok());
+            }
+            _ => {}
+        }
+        let session = match self.check_session(&inc) {
+            Ok(s) => s,
+            Err(s) => return Outcome::Error(s),
+        };
+        if let Request::Logoff(_) = req {
+            return self.logoff(inc.session_id, out);
+        }
+        if let Request::TreeConnect(r) = &req {
+            return crate::tree::tree_connect(&self.server, &session, r, out).into();
+        }
+        let Some(tree_id) = inc.tree_id else {
+            return Outcome::Error(NtStatus::NETWORK_NAME_DELETED);
+        };
+        let Some(tree) = session.tree(tree_id) else {
+            return Outcome::Error(NtStatus::NETWORK_NAME_DELETED);
+        };
+        if let Request::TreeDisconnect(_) = req {
+            return crate::tree::tree_disconnect(&self.server, &session, tree_id, out).into();
+        }
+        let ctx = Ctx {
+            server: &self.server,
+            session: &session,
+            tree: &tree,
+            tx: &self.tx,
+        };
+        if let Request::Create(r) = &req {
+            if let Some(key) = crate::fs::open::existing_key(&ctx, r) {
+                crate::fs::oplock::break_and_wait(&self.server, key, &self.tx).await;
+            }
+            let result = crate::fs::open::create(&ctx, r, out);
+            if let Err(st) = &result {
+                tracing::debug!(peer = %self.peer, "CREATE {:?} disposition {} options {:#x} access {:#x}: {:#x}",
+                    r.name_string().unwrap_or_default(), r.create_disposition, r.create_options, r.desired_access, st.0);
+            }
+            return result.into();
+        }
+        let fid = match inc.file_id {
+            Some(Some(f)) => f,
+            Some(None) => return Outcome::Error(NtStatus::INVALID_PARAMETER),
+            None => return Outcome::Error(NtStatus::INVALID_PARAMETER),
+        };
+        if let Request::Ioctl(r) = &req {
+            return crate::ioctl::ioctl(self, &ctx, r, fid, out);
+        }
+        let Some(open) = session.open(fid, tree_id) else {
+            return Outcome::Error(NtStatus::FILE_CLOSED);
+        };
+        let reply = match req {
+            Request::Close(r) => crate::fs::open::close(&ctx, &open, &r, out),
+            Request::Read(r) => crate::fs::io::read(&ctx, &open, &r, out).await,
+            Request::Write(r) => crate::fs::io::write(&ctx, &open, &r, out).await,
+            Request::Flush(_) => crate::fs::io::flush(&ctx, &open, out).await,
+            Request::QueryInfo(r) => crate::fs::info::query_info(&ctx, &open, &r, out),
+            Request::SetInfo(r) => crate::fs::setinfo::set_info(&ctx, &open, &r, out),
+            Request::QueryDirectory(r) => crate::fs::dir::query_directory(&ctx, &open, &r, out),
+            Request::Lock(r) => crate::fs::lock::lock(&ctx, &open, &r, out),
+            Request::ChangeNotify(notify) => {
+                if !open.is_dir {
+                    return Outcome::Error(NtStatus::INVALID_PARAMETER);
+                }
+                let async_id = self.new_async_id();
+                let op = crate::conn::AsyncOp {
+                    async_id,
+                    header: inc.header.clone(),
+                    session_id: inc.session_id,
+                    file_id: fid,
+                    done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                    encrypted: inc.encrypted,
+                };
+                let frame =
+                    self.async_frame(&op, crate::fs::status::NOTIFY_ENUM_DIR, inc.encrypted);
+                let tree = notify.flags & smb_proto::msg::info::WATCH_TREE != 0;
+                self.server.watch(crate::state::Watch {
+                    dir: open.path.lock().clone(),
+                    tree,
+                    done: op.done.clone(),
+                    frame,
+                    tx: self.tx.clone(),
+                });
+                self.async_ops.push(op);
+                return Outcome::Pending(async_id);
+            }
+            Request::OplockBreak(smb_proto::msg::OplockBreak::Oplock { oplock_level, .. }) => {
+                crate::fs::oplock::acknowledge(&self.server, &open, oplock_level, out)
+            }
+            Request::OplockBreak(_) => Err(NtStatus::INVALID_PARAMETER),
+            _ => Err(NtStatus::NOT_SUPPORTED),
+        };
+        if matches!(inc.header.command, smb_proto::Command::Close) && reply.is_ok() {
+            // Pending CHANGE_NOTIFYs on the closed handle end with NOTIFY_CLEANUP.
+            let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.async_ops)
+                .into_iter()
+                .partition(|op| op.file_id == fid && op.session_id == inc.session_id);
+            self.async_ops = keep;
+            for op in done {
+                self.complete_async(op, NtStatus(0x0000_010B));
+            }
+        }
+        reply.into()
+    }
+
+    /// The session a request names, with its signature checked.
+    fn check_session(&self, inc: &Incoming<'_>) -> Result<Arc<Session>, NtStatus> {
+        let ch = self
+            .channels
+            .get(&inc.session_id)
+            .ok_or(NtStatus::USER_SESSION_DELETED)?;
+        if ch.session.closed.load(Ordering::Relaxed) {
+            return Err(NtStatus::USER_SESSION_DELETED);
+        }
+        if inc.header.flags.is_signed() {
+            if !ch.signing.verify(inc.bytes) {
+                tracing::warn!(peer = %self.peer, "SMB request with a bad signature");
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+        } else if ch.session.signing_required && !inc.encrypted {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        Ok(ch.session.clone())
+    }
+}

@@ -1,0 +1,208 @@
+//! SET_INFO: basic (times), end of file, allocation, rename, disposition; file-system and
+//! security sets are accepted and ignored (the share's permissions are the server's).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use smb_proto::msg::info::{INFO_FILE, INFO_FILESYSTEM, INFO_SECURITY};
+use smb_proto::msg::{Message as _, SetInfoRequest, SetInfoResponse};
+use smb_proto::NtStatus;
+
+use super::open::{Open, DELETE};
+use super::{io_status, status};
+use crate::conn::Reply;
+use crate::dispatch::Ctx;
+use crate::wire::{from_filetime, u32_at, u64_at};
+
+const WRITE_ATTRIBUTES: u32 = 0x0100;
+
+pub fn set_info(
+    ctx: &Ctx<'_>,
+    open: &Arc<Open>,
+    req: &SetInfoRequest<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Reply, NtStatus> {
+    if ctx.tree.read_only {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    match req.info_type {
+        INFO_FILE => file_class(ctx, open, req.file_info_class, req.buffer)?,
+        INFO_FILESYSTEM | INFO_SECURITY => {}
+        _ => return Err(NtStatus::INVALID_PARAMETER),
+    }
+    SetInfoResponse.encode(out);
+    Ok(Reply::ok())
+}
+
+fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<(), NtStatus> {
+    let short = status::INFO_LENGTH_MISMATCH;
+    match class {
+        4 => {
+            if b.len() < 36 {
+                return Err(short);
+            }
+            if open.access & WRITE_ATTRIBUTES == 0 {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            let t = |at| u64_at(b, at).unwrap_or(0);
+            let ts = |ft: u64| {
+                // 0 and -1 leave a time as it is (-2 too: "stop updating" is not kept).
+                if ft == 0 || ft >= u64::MAX - 1 {
+                    None
+                } else {
+                    let (s, n) = from_filetime(ft);
+                    Some(rustix::fs::Timespec {
+                        tv_sec: s,
+                        tv_nsec: n,
+                    })
+                }
+            };
+            let (access, write) = (ts(t(8)), ts(t(16)));
+            let attrs = u32_at(b, 32).unwrap_or(0);
+            let creation = t(0);
+            if attrs != 0 || (creation != 0 && creation < u64::MAX - 1) {
+                use super::info::{Dos, ATTR_DIRECTORY, ATTR_KEPT, ATTR_TEMPORARY};
+                if (open.is_dir && attrs & ATTR_TEMPORARY != 0)
+                    || (!open.is_dir && attrs & ATTR_DIRECTORY != 0)
+                {
+                    return Err(NtStatus::INVALID_PARAMETER);
+                }
+                let mut dos = Dos::of_file(&open.file);
+                if attrs != 0 {
+                    dos.attrs = Some(attrs & ATTR_KEPT);
+                }
+                if creation != 0 && creation < u64::MAX - 1 {
+                    dos.creation = creation;
+                }
+                dos.store(&open.file).map_err(|e| io_status(&e))?;
+            }
+            if access.is_some() || write.is_some() {
+                let omit = rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                };
+                let times = rustix::fs::Timestamps {
+                    last_access: access.unwrap_or(omit),
+                    last_modification: write.unwrap_or(omit),
+                };
+                rustix::fs::futimens(&open.file, &times).map_err(|e| io_status(&e.into()))?;
+            }
+        }
+        19 => {
+            // FileAllocationInformation: preallocation is not kept; shrinking truncates.
+            let size = u64_at(b, 0).ok_or(short)?;
+            let m = open.file.metadata().map_err(|e| io_status(&e))?;
+            if !open.is_dir && size < m.len() {
+                open.file.set_len(size).map_err(|e| io_status(&e))?;
+            }
+        }
+        20 => {
+            let size = u64_at(b, 0).ok_or(short)?;
+            if open.is_dir {
+                return Err(NtStatus::INVALID_PARAMETER);
+            }
+            if !open.can_write() {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            open.file.set_len(size).map_err(|e| io_status(&e))?;
+        }
+        10 => rename(ctx, open, b)?,
+        13 | 64 => {
+            let flag = *b.first().ok_or(short)?;
+            let delete = if class == 64 {
+                u32_at(b, 0).ok_or(short)? & 1 != 0
+            } else {
+                flag != 0
+            };
+            if open.access & DELETE == 0 {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            if delete && open.is_dir {
+                let path = open.path.lock().clone();
+                let empty = std::fs::read_dir(&path)
+                    .map_err(|e| io_status(&e))?
+                    .next()
+                    .is_none();
+                if !empty {
+                    return Err(status::DIRECTORY_NOT_EMPTY);
+                }
+            }
+            if let Some(st) = ctx.server.files.lock().get_mut(&open.key) {
+                st.delete_pending = delete;
+            }
+            if !delete {
+                open.delete_on_close.store(false, Ordering::Relaxed);
+            }
+        }
+        14 => {
+            let pos = u64_at(b, 0).ok_or(short)?;
+            open.position.store(pos, Ordering::Relaxed);
+        }
+        16 | 39 => {}
+        _ => return Err(status::INVALID_INFO_CLASS),
+    }
+    Ok(())
+}
+
+/// FILE_RENAME_INFORMATION_TYPE_2: ReplaceIfExists, RootDirectory (must be 0), the new name
+/// relative to the share root.
+fn rename(ctx: &Ctx<'_>, open: &Arc<Open>, b: &[u8]) -> Result<(), NtStatus> {
+    if b.len() < 20 {
+        return Err(status::INFO_LENGTH_MISMATCH);
+    }
+    if open.access & DELETE == 0 {
+        return Err(NtStatus::ACCESS_DENIED);
+    }
+    let replace = b.first().copied().unwrap_or(0) != 0;
+    let len = u32_at(b, 16).unwrap_or(0) as usize;
+    let raw = b.get(20..20 + len).ok_or(NtStatus::INVALID_PARAMETER)?;
+    let name = crate::wire::from_utf16(raw).ok_or(status::OBJECT_NAME_INVALID)?;
+    let name = name.trim_start_matches('\\');
+    if name.is_empty() {
+        return Err(status::OBJECT_NAME_INVALID);
+    }
+    let r = super::path::resolve(&open.share.root, name)?;
+    let from = open.path.lock().clone();
+    if let Some(m) = &r.meta {
+        if std::path::Path::new(&r.path) != from {
+            if !replace {
+                return Err(status::OBJECT_NAME_COLLISION);
+            }
+            if m.is_dir() {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            let key = {
+                use std::os::unix::fs::MetadataExt as _;
+                (m.dev(), m.ino())
+            };
+            if ctx
+                .server
+                .files
+                .lock()
+                .get(&key)
+                .is_some_and(|f| !f.entries.is_empty())
+            {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+        }
+    }
+    if open.is_dir {
+        // Open files below a directory keep their old paths: refuse to move it under them.
+        let below = ctx
+            .session
+            .state
+            .lock()
+            .opens
+            .values()
+            .any(|o| o.volatile != open.volatile && o.path.lock().starts_with(&from));
+        if below {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+    }
+    std::fs::rename(&from, &r.path).map_err(|e| io_status(&e))?;
+    ctx.server.changed(&from);
+    ctx.server.changed(&r.path);
+    *open.path.lock() = r.path;
+    *open.name.lock() = r.name;
+    Ok(())
+}

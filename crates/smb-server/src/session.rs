@@ -1,0 +1,317 @@
+//! NEGOTIATE, SESSION_SETUP (first channel and binding), LOGOFF.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use smb_proto::auth::ntlm_server::ChallengeParams;
+use smb_proto::crypto::{Cipher, SessionKeys, SigningAlgorithm, SigningKey};
+use smb_proto::msg::negotiate::{
+    CAP_LARGE_MTU, CAP_MULTI_CHANNEL, DIALECT_311, SECURITY_SIGNING_REQUIRED,
+};
+use smb_proto::msg::session::SESSION_FLAG_BINDING;
+use smb_proto::msg::{
+    LogoffResponse, Message as _, NegotiateRequest, SessionSetupRequest, SessionSetupResponse,
+};
+use smb_proto::server::{negotiate, AuthStep, NegotiateConfig, SessionAuth};
+use smb_proto::NtStatus;
+
+use crate::conn::{Channel, Conn, Incoming, Outcome, PendingAuth, Reply};
+use crate::state::{Server, Session, SessionState, MAX_CHANNELS};
+
+/// Largest READ, WRITE and transact the server offers.
+pub const MAX_IO: u32 = 8 * 1024 * 1024;
+
+pub fn negotiate_config(server: &Server) -> NegotiateConfig {
+    NegotiateConfig {
+        server_guid: server.server_guid,
+        capabilities: CAP_LARGE_MTU | CAP_MULTI_CHANNEL,
+        max_transact_size: MAX_IO,
+        max_read_size: MAX_IO,
+        max_write_size: MAX_IO,
+        server_start_time: 0,
+        signing_required: server.config.signing_required,
+        ciphers: vec![
+            Cipher::Aes128Gcm,
+            Cipher::Aes128Ccm,
+            Cipher::Aes256Gcm,
+            Cipher::Aes256Ccm,
+        ],
+        signing: vec![SigningAlgorithm::AesGmac, SigningAlgorithm::AesCmac],
+    }
+}
+
+impl Conn {
+    pub fn negotiate(
+        &mut self,
+        inc: &Incoming<'_>,
+        req: &NegotiateRequest<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        if self.negotiated.is_some() {
+            return Outcome::Disconnect("second NEGOTIATE");
+        }
+        let cfg = negotiate_config(&self.server);
+        let salt: [u8; 32] = rand::random();
+        let hint = smb_proto::auth::spnego::negotiate_hint();
+        match negotiate(req, &cfg, &salt, crate::wire::now_filetime(), &hint) {
+            Ok((n, resp)) => {
+                self.preauth.update(inc.bytes);
+                resp.encode(out);
+                self.negotiated = Some(n);
+                Outcome::Reply(Reply::ok())
+            }
+            Err(s) => Outcome::Error(s),
+        }
+    }
+
+    pub fn session_setup(
+        &mut self,
+        inc: &Incoming<'_>,
+        req: &SessionSetupRequest<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let Some(neg) = self.negotiated.clone() else {
+            return Outcome::Disconnect("SESSION_SETUP before NEGOTIATE");
+        };
+        let mut sid = inc.header.session_id;
+        if req.flags & SESSION_FLAG_BINDING != 0 && !self.pending_auth.contains_key(&sid) {
+            if let Err(s) = self.start_binding(inc, &neg) {
+                self.setup_session_id = Some(sid);
+                return Outcome::Error(s);
+            }
+        } else if sid == 0 {
+            if self.pending_auth.len() >= crate::state::MAX_PENDING_AUTH {
+                return Outcome::Error(NtStatus::INSUFFICIENT_RESOURCES);
+            }
+            sid = self.server.new_id();
+            self.pending_auth.insert(
+                sid,
+                PendingAuth {
+                    auth: SessionAuth::new(self.challenge_params()),
+                    preauth: self.preauth,
+                    binding: None,
+                },
+            );
+        } else if !self.pending_auth.contains_key(&sid) {
+            // Re-authentication of a session this connection is a channel of: a new exchange
+            // whose user must be the session's; the keys stay.
+            self.setup_session_id = Some(sid);
+            if !self.channels.contains_key(&sid) {
+                return Outcome::Error(NtStatus::USER_SESSION_DELETED);
+            }
+            self.pending_auth.insert(
+                sid,
+                PendingAuth {
+                    auth: SessionAuth::new(self.challenge_params()),
+                    preauth: self.preauth,
+                    binding: None,
+                },
+            );
+        }
+        self.setup_session_id = Some(sid);
+        let Some(pending) = self.pending_auth.get_mut(&sid) else {
+            return Outcome::Error(NtStatus::USER_SESSION_DELETED);
+        };
+        pending.preauth.update(inc.bytes);
+        let users = &self.server.users;
+        let mut tried = None;
+        let step = pending.auth.step(req.security_buffer, |user, _domain| {
+            tried = Some(user.to_string());
+            users.get(user)
+        });
+        match step {
+            Ok(AuthStep::Continue(token)) => {
+                SessionSetupResponse {
+                    session_flags: 0,
+                    security_buffer: &token,
+                }
+                .encode(out);
+                Outcome::Reply(Reply::status(NtStatus::MORE_PROCESSING_REQUIRED))
+            }
+            Ok(AuthStep::Done { session, token }) => {
+                let Some(pending) = self.pending_auth.remove(&sid) else {
+                    return Outcome::Error(NtStatus::USER_SESSION_DELETED);
+                };
+                let session_key = session.session_key();
+                if let Some(bound) = pending.binding {
+                    if !bound.user.eq_ignore_ascii_case(&session.user) {
+                        tracing::warn!(peer = %self.peer, user = %session.user, "SMB channel binding by another user refused");
+                        return Outcome::Error(NtStatus::ACCESS_DENIED);
+                    }
+                    {
+                        let mut st = bound.state.lock();
+                        if st.channels >= MAX_CHANNELS {
+                            return Outcome::Error(NtStatus::INSUFFICIENT_RESOURCES);
+                        }
+                        st.channels += 1;
+                    }
+                    let key = SessionKeys::channel_signing_key(&session_key, &pending.preauth);
+                    self.channels.insert(
+                        sid,
+                        Channel {
+                            signing: SigningKey::new(bound.signing, key),
+                            session: bound,
+                        },
+                    );
+                    tracing::info!(peer = %self.peer, user = %session.user, "SMB channel bound to session {sid:#x}");
+                } else if let Some(live) = self.channels.get(&sid).map(|c| c.session.clone()) {
+                    if !live.user.eq_ignore_ascii_case(&session.user) {
+                        tracing::warn!(peer = %self.peer, user = %session.user, "SMB re-authentication as another user refused");
+                        return Outcome::Error(NtStatus::ACCESS_DENIED);
+                    }
+                    tracing::debug!(peer = %self.peer, user = %session.user, "SMB session {sid:#x} re-authenticated");
+                } else {
+                    // A new session naming a previous one of the same user replaces it
+                    // (MS-SMB2 3.3.5.5.3): the old one's opens close.
+                    if req.previous_session_id != 0 && req.previous_session_id != sid {
+                        if let Some(old) = self.server.session(req.previous_session_id) {
+                            if old.user.eq_ignore_ascii_case(&session.user) {
+                                end_session(&self.server, &old);
+                                self.server.remove_session(old.id);
+                            }
+                        }
+                    }
+                    let keys = SessionKeys::derive_311(&session_key, &pending.preauth, neg.cipher);
+                    let signing_required = self.server.config.signing_required
+                        || u16::from(req.security_mode) & SECURITY_SIGNING_REQUIRED != 0;
+                    let s = Arc::new(Session {
+                        id: sid,
+                        user: session.user.clone(),
+                        dialect: neg.dialect,
+                        client_guid: neg.client_guid,
+                        signing: neg.signing,
+                        cipher: neg.cipher,
+                        signing_required,
+                        keys,
+                        session_key,
+                        state: parking_lot::Mutex::new(SessionState {
+                            channels: 1,
+                            next_tree: 1,
+                            ..SessionState::default()
+                        }),
+                        closed: std::sync::atomic::AtomicBool::new(false),
+                    });
+                    self.server.add_session(s.clone());
+                    self.channels.insert(
+                        sid,
+                        Channel {
+                            signing: SigningKey::new(s.signing, s.keys.signing),
+                            session: s,
+                        },
+                    );
+                    tracing::info!(peer = %self.peer, user = %session.user, "SMB session {sid:#x} established");
+                }
+                SessionSetupResponse {
+                    session_flags: 0,
+                    security_buffer: &token,
+                }
+                .encode(out);
+                Outcome::Reply(Reply::ok())
+            }
+            Err(e) => {
+                self.pending_auth.remove(&sid);
+                let user = tried.unwrap_or_default();
+                tracing::warn!(peer = %self.peer, user = %user, "SMB logon failure: {e}");
+                Outcome::Error(NtStatus::LOGON_FAILURE)
+            }
+        }
+    }
+
+    /// The checks of MS-SMB2 3.3.5.5.2 before a binding exchange starts.
+    fn start_binding(
+        &mut self,
+        inc: &Incoming<'_>,
+        neg: &smb_proto::server::Negotiated,
+    ) -> Result<(), NtStatus> {
+        let sid = inc.header.session_id;
+        if neg.dialect != DIALECT_311 {
+            return Err(NtStatus::REQUEST_NOT_ACCEPTED);
+        }
+        let session = self
+            .server
+            .session(sid)
+            .ok_or(NtStatus::USER_SESSION_DELETED)?;
+        if session.closed.load(Ordering::Relaxed) {
+            return Err(NtStatus::USER_SESSION_DELETED);
+        }
+        if session.dialect != neg.dialect {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if !inc.header.flags.is_signed() {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        // Signing algorithm and cipher first, with Windows' statuses (as smbtorture's
+        // bind_negative tests check them), then the client GUID.
+        if session.signing != neg.signing {
+            return Err(if session.signing == SigningAlgorithm::AesGmac {
+                NtStatus::REQUEST_OUT_OF_SEQUENCE
+            } else {
+                NtStatus::NOT_SUPPORTED
+            });
+        }
+        if session.cipher != neg.cipher {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if session.client_guid != neg.client_guid {
+            return Err(NtStatus::USER_SESSION_DELETED);
+        }
+        if self.channels.contains_key(&sid) {
+            return Err(NtStatus::REQUEST_NOT_ACCEPTED);
+        }
+        if session.state.lock().channels >= MAX_CHANNELS {
+            return Err(NtStatus::INSUFFICIENT_RESOURCES);
+        }
+        let key = SigningKey::new(session.signing, session.keys.signing);
+        if !key.verify(inc.bytes) {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        self.pending_auth.insert(
+            sid,
+            PendingAuth {
+                auth: SessionAuth::new(self.challenge_params()),
+                preauth: self.preauth,
+                binding: Some(session),
+            },
+        );
+        Ok(())
+    }
+
+    fn challenge_params(&self) -> ChallengeParams {
+        let name = self.server.config.server_name.clone();
+        ChallengeParams {
+            server_challenge: rand::random(),
+            timestamp: crate::wire::now_filetime(),
+            nb_domain: name.clone(),
+            nb_computer: name.clone(),
+            dns_domain: String::new(),
+            dns_computer: name.to_lowercase(),
+            version: [10, 0, 0x61, 0x4a, 0, 0, 0, 15],
+        }
+    }
+
+    pub fn logoff(&mut self, session_id: u64, out: &mut Vec<u8>) -> Outcome {
+        let Some(ch) = self.channels.get(&session_id) else {
+            return Outcome::Error(NtStatus::USER_SESSION_DELETED);
+        };
+        let session = ch.session.clone();
+        end_session(&self.server, &session);
+        self.server.remove_session(session_id);
+        LogoffResponse.encode(out);
+        // The response is still signed with this channel's key; the channel goes after it.
+        self.logged_off.push(session_id);
+        Outcome::Reply(Reply::ok())
+    }
+}
+
+/// Closes every open of a session and forgets its trees.
+pub fn end_session(server: &Server, session: &Session) {
+    session.closed.store(true, Ordering::Relaxed);
+    let opens: Vec<_> = {
+        let mut st = session.state.lock();
+        st.trees.clear();
+        st.opens.drain().map(|(_, o)| o).collect()
+    };
+    for o in opens {
+        crate::fs::open::close_open(server, &o);
+    }
+}

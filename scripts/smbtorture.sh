@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# smbtorture (Samba's SMB2 conformance suite) against lanes serve, as root. Everything runs in a
+# network namespace this script creates: a veth pair inside it gives the server two addresses
+# (so multichannel sees two interfaces); no traffic leaves it. Each suite runs in its own
+# smbtorture process; its `success:` lines are counted. The script fails when the total falls
+# below scripts/smbtorture-floor.txt.
+#
+#   scripts/smbtorture.sh                  # the suites below
+#   scripts/smbtorture.sh smb2.read ...    # chosen suites (the floor is not checked)
+#   LANES_BIN=target/release/lanes SMBTORTURE_OUT=dir scripts/smbtorture.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/sbin:/sbin"
+
+suites=(smb2.connect smb2.read smb2.rw smb2.dir smb2.getinfo smb2.setinfo smb2.create
+    smb2.credits smb2.compound smb2.lock smb2.ioctl.network_interface_info smb2.session
+    smb2.multichannel)
+check_floor=1
+if [ $# -gt 0 ]; then suites=("$@"); check_floor=0; fi
+per_suite_timeout=${SMBTORTURE_TIMEOUT:-60}
+
+if [ "$(id -u)" != 0 ]; then echo "smbtorture.sh: run as root (network namespace)"; exit 1; fi
+for p in smbtorture ip timeout; do
+    command -v "$p" >/dev/null || { echo "smbtorture.sh: $p is missing (scripts/packages.txt)"; exit 1; }
+done
+
+bin=${LANES_BIN:-target/release/lanes}
+if [ -z "${LANES_BIN:-}" ]; then cargo build --release -q -p lanes; fi
+
+ns="lanes-smbt-$$"
+work=$(mktemp -d /tmp/lanes-smbtorture.XXXXXX)
+out=${SMBTORTURE_OUT:-target/smbtorture}
+mkdir -p "$out"
+server_pid=""
+cleanup() {
+    trap - EXIT INT TERM
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    ip netns del "$ns" 2>/dev/null || true
+    cp "$work/serve.log" "$out/serve.log" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$ns"
+nsx() { ip netns exec "$ns" "$@"; }
+nsx ip link set lo up
+nsx ip link add smbt0 type veth peer name smbt1
+nsx ip addr add 10.231.0.1/24 dev smbt0
+nsx ip addr add 10.231.1.1/24 dev smbt1
+nsx ip link set smbt0 up
+nsx ip link set smbt1 up
+addr1=10.231.0.1
+addr2=10.231.1.1
+port=445
+
+mkdir -p "$work/share" "$work/data"
+cat >"$work/lanes.toml" <<TOML
+[server]
+data-dir = "data"
+
+[[portal-group]]
+tag = 1
+portals = ["$addr1:3260"]
+
+[[target]]
+name = "iqn.2026-11.io.lanes.test:smbtorture"
+portal-groups = [1]
+[[target.lun]]
+path = "data/disk0.img"
+size = "16M"
+
+[smb]
+listen = ["$addr1:$port", "$addr2:$port"]
+
+[[share]]
+name = "share"
+path = "share"
+TOML
+printf 'torture-pass-1\n' >"$work/pw1"
+printf 'torture-pass-2\n' >"$work/pw2"
+"$bin" smb user add alice --config "$work/lanes.toml" --password-file "$work/pw1" >/dev/null
+"$bin" smb user add bob --config "$work/lanes.toml" --password-file "$work/pw2" >/dev/null
+
+(cd "$work" && exec ip netns exec "$ns" "$OLDPWD/$bin" serve --config lanes.toml >serve.out 2>serve.log) &
+server_pid=$!
+for _ in $(seq 1 100); do
+    grep -q "SMB listening on $addr2" "$work/serve.log" 2>/dev/null && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/serve.log"; echo "lanes serve exited"; exit 1; }
+    sleep 0.1
+done
+grep -q "SMB listening on $addr2" "$work/serve.log" || { cat "$work/serve.log"; echo "no SMB listener"; exit 1; }
+
+total=0
+failed=0
+printf '%-40s %8s %8s\n' suite passed failed
+for s in "${suites[@]}"; do
+    log="$out/$s.subunit"
+    nsx timeout "$per_suite_timeout" smbtorture "//$addr1/share" -p "$port" -U alice%torture-pass-1 \
+        --option=torture:user2name=bob --option=torture:user2password=torture-pass-2 \
+        --option=torture:cn_max_buffer_size=65536 \
+        --format=subunit "$s" >"$log" 2>&1 || true
+    pass=$(grep -c '^success:' "$log" || true)
+    fail=$(grep -cE '^(failure|error):' "$log" || true)
+    total=$((total + pass))
+    failed=$((failed + fail))
+    printf '%-40s %8d %8d\n' "$s" "$pass" "$fail"
+done
+printf '%-40s %8d %8d\n' total "$total" "$failed"
+echo "subunit logs and the server log: $out"
+if grep -q "panicked" "$work/serve.log"; then
+    grep -A3 "panicked" "$work/serve.log" | head -20
+    echo "smbtorture.sh: the server panicked"
+    exit 1
+fi
+
+if [ "$check_floor" = 1 ]; then
+    floor=$(grep -vE '^[[:space:]]*(#|$)' scripts/smbtorture-floor.txt | head -1)
+    if [ "$total" -lt "$floor" ]; then
+        echo "smbtorture.sh: $total tests passed, below the floor of $floor (scripts/smbtorture-floor.txt)"
+        exit 1
+    fi
+    echo "smbtorture.sh: $total passed (floor $floor)"
+fi
