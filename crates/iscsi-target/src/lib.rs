@@ -33,6 +33,9 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
+/// How long shutdown waits for running commands before it stops replicated LUNs under them.
+const DRAIN_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a started server reports once every portal is bound.
 #[derive(Debug, Clone)]
 pub struct ServeInfo {
@@ -197,8 +200,29 @@ impl ServerHandle {
         for s in &sessions {
             s.close_all();
         }
-        for s in &sessions {
-            s.drain().await;
+        let drain_all = || async {
+            for s in &sessions {
+                s.drain().await;
+            }
+        };
+        if tokio::time::timeout(DRAIN_AT_SHUTDOWN, drain_all())
+            .await
+            .is_err()
+        {
+            // Only a replicated LUN holds commands this long: writes it may not acknowledge
+            // without its peer and its witness. Stopping it fails them (they were never
+            // acknowledged), and then the sessions drain.
+            warn!(
+                "commands still running {} s into shutdown: stopping the replicated LUNs, which \
+                 fails the writes they hold",
+                DRAIN_AT_SHUTDOWN.as_secs()
+            );
+            for t in &self.server.targets {
+                for (_, pair) in &t.pairs {
+                    pair.shutdown().await;
+                }
+            }
+            drain_all().await;
         }
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {

@@ -240,3 +240,44 @@ fn two_servers_replicate_one_lun_and_report_both_port_groups() {
     assert!(a.read10(2000, 16) == after);
     assert_eq!(rtpg(&mut a), [(1, 0), (2, 3)]);
 }
+
+/// A node that lost its peer and its witness holds writes it may not acknowledge; shutting it
+/// down must still end: the held writes fail (they were never acknowledged) and the server
+/// stops, instead of waiting for them forever.
+#[test]
+fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
+    let mut etcd = Etcd::start();
+    let portals = [free_port(), free_port()];
+    let repl = [free_port(), free_port()];
+    let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
+    let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
+    wait_role(&node1, "Paired");
+    wait_role(&node2, "Paired");
+    etcd.kill();
+    drop(node2);
+    let mut a = Conn::login_to(node1.portals[0].1, &LoginOpts::normal());
+    a.clear_unit_attentions();
+    let commands = |s: &serde_json::Value| s["sessions"][0]["connections"][0]["commands"].as_u64();
+    let before = commands(&status(&node1)).expect("the session in the status");
+    // The write waits in node 1: no peer to replicate to, no witness to win the epoch from.
+    let writer = std::thread::spawn(move || {
+        // Any answer or a closed connection: the point is that the server stops.
+        let _ = a.scsi(&cdb_write10(100, 8, 0), 8 * 512, Some(&pattern(7, 8 * 512)));
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while commands(&status(&node1)).unwrap_or(0) <= before {
+        assert!(Instant::now() < deadline, "the write never reached node 1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_ne!(
+        status(&node1)["pairs"][0]["role"],
+        "Alone",
+        "no epoch without etcd"
+    );
+    // TestServer's drop gives the stop 20 s; it must end well within that.
+    let stopping = Instant::now();
+    drop(node1);
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(18), "shutdown took {took:?}");
+    writer.join().unwrap();
+}
