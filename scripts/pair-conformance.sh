@@ -7,6 +7,7 @@
 #
 # Loopback only (127.0.0.1 for node 1, 127.0.0.2 for node 2). Everything it starts it stops,
 # everything it creates it removes; the logs go to $LANES_PAIR_OUT (default target/pair-conformance).
+# LANES_PAIR_TESTS picks tests (iscsi-test-cu --test), LANES_PAIR_LOG sets the nodes' RUST_LOG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -81,7 +82,7 @@ size = "256M"
 CONF
 done
 for n in 1 2; do
-    RUST_LOG=warn "$lanes" serve --config "$work/node$n/lanes.toml" --node "$n" \
+    RUST_LOG=${LANES_PAIR_LOG:-warn} "$lanes" serve --config "$work/node$n/lanes.toml" --node "$n" \
         >"$work/node$n.out" 2>"$work/node$n.log" &
     pids+=($!)
 done
