@@ -5,22 +5,15 @@
 use bytes::Bytes;
 use lanes_initiator::{LoginOptions, Session};
 use lanes_test_support::ceph::Cluster;
-use lanes_test_support::serve::{ServeChild, ServeCommand};
+use lanes_test_support::serve::ServeChild;
 
 fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ServeChild {
-    let lun = format!("rbd:rbd/gw,ceph-conf={}", cluster.conf.display());
-    ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
-        .args([
-            "--target-name",
-            "iqn.2026-11.io.lanes:ceph",
-            "--portal",
-            "127.0.0.1:0",
-        ])
-        .arg("--lun")
-        .arg(lun)
-        .arg("--data-dir")
-        .arg(dir.join(name))
-        .start()
+    cluster.gateway(
+        env!("CARGO_BIN_EXE_lanes"),
+        "iqn.2026-11.io.lanes:ceph",
+        "rbd/gw",
+        &dir.join(name),
+    )
 }
 
 async fn login(g: &ServeChild, host: &str) -> Session {

@@ -85,3 +85,23 @@ impl Drop for Cluster {
             .status();
     }
 }
+
+impl Cluster {
+    /// `lanes serve` (BIN) as a gateway: target TARGET on 127.0.0.1 (a free port) with the
+    /// image SPEC (`POOL/IMAGE`) of this cluster as LUN 0, its data in DATA_DIR.
+    pub fn gateway(
+        &self,
+        bin: &str,
+        target: &str,
+        spec: &str,
+        data_dir: &Path,
+    ) -> crate::serve::ServeChild {
+        crate::serve::ServeCommand::new(bin)
+            .args(["--target-name", target, "--portal", "127.0.0.1:0"])
+            .arg("--lun")
+            .arg(format!("rbd:{spec},ceph-conf={}", self.conf.display()))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .start()
+    }
+}
