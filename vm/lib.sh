@@ -9,8 +9,19 @@ ns="lanes-vm$name-$$"
 work=$(mktemp -d "/tmp/lanes-vm$name.XXXXXX")
 serve_pid=""
 die() { echo "$name: FAIL: $*" >&2; exit 1; }
+# What the host side saw, printed when a test fails: the end of lanes' log, the links' packet
+# and drop counters, and the namespace's TCP retransmission and timeout counters.
+vm_diagnose() {
+    echo "$name: lanes serve log (last 30 lines):"
+    tail -n 30 "$work/serve.log" 2>/dev/null | sed 's/^/  /'
+    ip -n "$ns" -s link show 2>/dev/null | sed 's/^/  /'
+    ip netns exec "$ns" nstat -az 2>/dev/null \
+        | grep -E '^(TcpRetransSegs|TcpExtTCPTimeouts|TcpExtTCPLossProbes|TcpExtTCPSackRecovery) ' \
+        | sed 's/^/  /'
+}
 vm_cleanup() {
     local status=$?
+    [ "$status" = 0 ] || [ ! -d "$work" ] || vm_diagnose >&2 || true
     [ -z "$serve_pid" ] || kill "$serve_pid" 2>/dev/null || true
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns delete "$ns" 2>/dev/null || true

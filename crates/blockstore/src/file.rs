@@ -41,15 +41,10 @@ pub struct FileDevice {
     file: File,
     /// Exported size in bytes; only ever grows ([`BlockDevice::grow`]).
     size: AtomicU64,
-    /// Cleared the first time the kernel answers RWF_NOWAIT writes with EOPNOTSUPP (ext4
-    /// before buffered-NOWAIT support): from then on short writes go straight to pwritev.
+    /// Cleared the first time the kernel answers RWF_NOWAIT writes with EOPNOTSUPP (ext4,
+    /// which has no buffered NOWAIT writes): from then on every write is a blocking one.
     nowait_writes: AtomicBool,
 }
-
-/// Largest buffered write done on an event-loop thread when the kernel cannot do RWF_NOWAIT
-/// writes: copying it into the page cache takes microseconds; only dirty-page throttling
-/// (balance_dirty_pages) could make it sleep, which is backpressure the disk imposes anyway.
-const INLINE_WRITE_MAX: u64 = 256 * 1024;
 
 impl FileDevice {
     /// Opens `path`, creating a sparse file of `size` bytes (and its parent directories) when
@@ -164,10 +159,10 @@ impl BlockDevice for FileDevice {
             return Err(ErrorKind::WouldBlock.into());
         }
         if !self.nowait_writes.load(Ordering::Relaxed) {
-            if total > INLINE_WRITE_MAX {
-                return Err(ErrorKind::WouldBlock.into());
-            }
-            return self.write_vectored_at(bufs, offset);
+            // Without RWF_NOWAIT a buffered write can sleep for seconds (a journal handle
+            // waiting on a commit, block allocation in a sparse file, dirty throttling) and
+            // stall the connection that runs it: it goes to the blocking pool.
+            return Err(ErrorKind::WouldBlock.into());
         }
         let mut slices = [IoSlice::new(&[]); 64];
         for (slot, b) in slices.iter_mut().zip(bufs) {
@@ -323,6 +318,19 @@ mod tests {
             d.read_at_nowait(&mut back, (1 << 20) - 10).is_err(),
             "range checked"
         );
+    }
+
+    #[test]
+    fn without_nowait_writes_no_write_is_done_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = FileDevice::open(dir.path().join("v.img"), Some(1 << 20)).unwrap();
+        d.nowait_writes.store(false, Ordering::Relaxed);
+        let data = [0x5au8; 512];
+        let e = d.write_vectored_at_nowait(&[&data], 0).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+        let mut back = [0u8; 512];
+        d.read_at(&mut back, 0).unwrap();
+        assert_eq!(back, [0u8; 512], "nothing was written");
     }
 
     #[test]

@@ -87,8 +87,8 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// `write_vectored_at` for an event-loop thread: completes only if it is short (a copy
     /// into memory that waits for no disk I/O), `ErrorKind::WouldBlock` otherwise, possibly
     /// after part of the data was written (the caller then writes it all again, which is
-    /// idempotent). The file backend uses RWF_NOWAIT where the kernel supports it for buffered
-    /// writes, and otherwise writes small buffered writes directly.
+    /// idempotent). The file backend uses RWF_NOWAIT where the kernel and file system support
+    /// it for buffered writes (XFS, btrfs); elsewhere (ext4) every write is a blocking one.
     fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
         let _ = (bufs, offset);
         Err(std::io::ErrorKind::WouldBlock.into())

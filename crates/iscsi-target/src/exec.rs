@@ -20,8 +20,9 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 /// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
 /// aborted meanwhile (then no response is sent: task management answers for it).
 ///
-/// READs served from the page cache and buffered WRITEs run right here on the connection's
-/// task (`execute_nowait`); everything else, and anything that would sleep, runs on the
+/// READs served from the page cache and buffered WRITEs the device takes without sleeping
+/// (RWF_NOWAIT) run right here on the connection's task (`execute_nowait`); other buffered
+/// WRITEs run on the write lanes ([`crate::write_lanes`]); everything else runs on the
 /// blocking pool.
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
@@ -53,10 +54,12 @@ pub fn spawn(
         pool.put(data_in.freeze());
     }
     let pool = pool.clone();
+    let buffered_write = cmd.extended_cdb.is_none()
+        && luns.is_some_and(|l| l.is_buffered_write(crate::tmf::lun_number(cmd.lun), &cmd.cdb));
     // The map the command was routed with: a LUN removed by a reload meanwhile still ends
     // its command cleanly on the logical unit it started on.
     let luns = luns.cloned();
-    tokio::task::spawn_blocking(move || {
+    let job = move || {
         let Some(luns) = luns else {
             session.task_done(cmd.itt);
             return;
@@ -85,7 +88,12 @@ pub fn spawn(
             r2t_count,
         };
         respond(&session, &out, &luns, &cmd, done);
-    });
+    };
+    if buffered_write {
+        crate::write_lanes::run(job);
+    } else {
+        tokio::task::spawn_blocking(job);
+    }
 }
 
 /// Room to reserve for a command's data-in: what the initiator expects (READ) or a small

@@ -21,6 +21,7 @@ mod status;
 mod target;
 mod text;
 mod tmf;
+mod write_lanes;
 mod writer;
 
 pub use reload::{Change, ConfigSource, ReloadError, ReloadReport};

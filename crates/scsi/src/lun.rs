@@ -276,6 +276,20 @@ impl LogicalUnit {
         }
     }
 
+    /// Whether `cdb` is a WRITE that only needs the page cache: no FUA and the write cache on.
+    /// Such a write can still sleep in the kernel (journal, allocation, dirty throttling), but
+    /// never waits for a flush, so it may queue behind other buffered writes.
+    pub fn is_buffered_write(&self, cdb: &[u8]) -> bool {
+        let fua = match cdb.first().copied() {
+            Some(op::WRITE_6) => false,
+            Some(op::WRITE_10 | op::WRITE_12 | op::WRITE_16) => {
+                cdb.get(1).is_some_and(|b| b & 0x08 != 0)
+            }
+            _ => return false,
+        };
+        !fua && self.wce.load(Ordering::Relaxed)
+    }
+
     /// Executes one command; data-in is appended to `data_in`.
     pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);

@@ -106,6 +106,11 @@ impl LunMap {
         self.get(req.lun)?.execute_nowait(req, data_in)
     }
 
+    /// [`LogicalUnit::is_buffered_write`] for `lun`; false when there is no such LU.
+    pub fn is_buffered_write(&self, lun: u64, cdb: &[u8]) -> bool {
+        self.get(lun).is_some_and(|lu| lu.is_buffered_write(cdb))
+    }
+
     /// Executes a command addressed to `req.lun`.
     pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);
