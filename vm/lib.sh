@@ -22,6 +22,8 @@ vm_diagnose() {
 vm_cleanup() {
     local status=$?
     [ "$status" = 0 ] || [ ! -d "$work" ] || vm_diagnose >&2 || true
+    # LANES_VM_KEEP=DIR keeps lanes' whole log (DIR/NAME-serve.log).
+    [ -z "${LANES_VM_KEEP:-}" ] || cp "$work/serve.log" "$LANES_VM_KEEP/$name-serve.log" 2>/dev/null || true
     [ -z "$serve_pid" ] || kill "$serve_pid" 2>/dev/null || true
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns delete "$ns" 2>/dev/null || true

@@ -167,18 +167,54 @@ pub fn banner(server: &SmbServer) -> String {
             addrs.push(*l);
         }
     }
+    out.push_str(&mount_lines(&cfg.shares, &addrs));
+    out
+}
+
+/// The host commands for `addrs` (the server's SMB addresses, the first one to mount through):
+/// clients find the other addresses themselves (FSCTL_QUERY_NETWORK_INTERFACE_INFO) and open a
+/// channel on each.
+fn mount_lines(shares: &[lanes_smb_server::config::ShareConfig], addrs: &[SocketAddr]) -> String {
+    let mut out = String::new();
+    let Some(first) = addrs.first() else {
+        return out;
+    };
     let channels = addrs.len().clamp(1, 32);
-    out.push_str("Linux host, per address:\n");
-    for a in &addrs {
-        let port = if a.port() == 445 {
-            String::new()
-        } else {
-            format!(",port={}", a.port())
-        };
-        let share = cfg.shares.first().map_or("SHARE", |s| s.name.as_str());
+    let port = if first.port() == 445 {
+        String::new()
+    } else {
+        format!(",port={}", first.port())
+    };
+    let others = addrs.get(1..).unwrap_or_default();
+    let others = if others.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = others.iter().map(|a| host(a.ip())).collect();
+        format!(" (the client finds {} itself)", list.join(", "))
+    };
+    out.push_str(&format!(
+        "Linux host, one mount per share through {}{others}; `hard` keeps I/O waiting (not\nfailing) while a channel or the server is away:\n",
+        host(first.ip())
+    ));
+    for s in shares {
         out.push_str(&format!(
-            "  mount -t cifs //{}/{share} /mnt -o vers=3.1.1,username=USER,multichannel,max_channels={channels}{port}\n",
-            host(a.ip())
+            "  mount -t cifs //{}/{} /mnt/{} -o vers=3.1.1,username=USER,multichannel,max_channels={channels},hard{port}\n",
+            host(first.ip()),
+            s.name,
+            s.name
+        ));
+    }
+    if let Some(s) = shares.first() {
+        out.push_str(&format!(
+            "Windows (PowerShell): New-SmbMapping -LocalPath S: -RemotePath \\\\{}\\{}; check with Get-SmbMultichannelConnection\n",
+            host(first.ip()),
+            s.name
+        ));
+        out.push_str(&format!(
+            "macOS: /etc/nsmb.conf [default] mc_on=yes, then mount_smbfs //USER@{}/{} /Volumes/{}\n",
+            host(first.ip()),
+            s.name,
+            s.name
         ));
     }
     out
@@ -195,5 +231,51 @@ fn is_link_local(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes_smb_server::config::ShareConfig;
+
+    fn share(name: &str) -> ShareConfig {
+        ShareConfig {
+            name: name.into(),
+            path: format!("/srv/{name}").into(),
+            read_only: false,
+            users: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_hard_multichannel_mount_per_share_through_the_first_address() {
+        let addrs: Vec<SocketAddr> = vec![
+            "192.0.2.10:445".parse().unwrap(),
+            "198.51.100.10:445".parse().unwrap(),
+        ];
+        let text = mount_lines(&[share("data"), share("vm")], &addrs);
+        let mounts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("mount -t cifs"))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "  mount -t cifs //192.0.2.10/data /mnt/data -o vers=3.1.1,username=USER,multichannel,max_channels=2,hard",
+                "  mount -t cifs //192.0.2.10/vm /mnt/vm -o vers=3.1.1,username=USER,multichannel,max_channels=2,hard",
+            ]
+        );
+        assert!(text.contains("the client finds 198.51.100.10 itself"));
+        assert!(text.contains(r"New-SmbMapping -LocalPath S: -RemotePath \\192.0.2.10\data"));
+        assert!(text.contains("mc_on=yes"));
+    }
+
+    #[test]
+    fn another_port_is_in_the_mount_options_and_no_address_prints_nothing() {
+        let addrs: Vec<SocketAddr> = vec!["[2001:db8::1]:4450".parse().unwrap()];
+        let text = mount_lines(&[share("data")], &addrs);
+        assert!(text.contains("//[2001:db8::1]/data /mnt/data -o vers=3.1.1,username=USER,multichannel,max_channels=1,hard,port=4450"));
+        assert_eq!(mount_lines(&[share("data")], &[]), "");
     }
 }
