@@ -123,6 +123,15 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn holes_read_zero(&self) -> bool {
         true
     }
+
+    /// Whether a write without FUA, with the write cache on, waits for nothing but this
+    /// machine (page cache, local kernel), so that it may queue behind other such writes on a
+    /// few shared threads. A device whose writes wait for other machines (the HA pair's peer,
+    /// Ceph's OSDs) says no: a peer being lost or slow must not hold up every other LUN's
+    /// writes, and waiting for a round trip two at a time would cap its throughput.
+    fn writes_stay_local(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) fn out_of_range() -> std::io::Error {

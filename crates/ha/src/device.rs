@@ -168,4 +168,9 @@ impl BlockDevice for ReplicatedDevice {
     fn release(&self) {
         self.local.release();
     }
+
+    /// Every write waits for the peer's acknowledgement.
+    fn writes_stay_local(&self) -> bool {
+        false
+    }
 }
