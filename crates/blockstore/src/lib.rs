@@ -132,6 +132,13 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn writes_stay_local(&self) -> bool {
         true
     }
+
+    /// Whether a write may end inside a block (the file and memory backends write any byte
+    /// range). A device that keeps whole blocks only (the HA pair replicates blocks) says no,
+    /// and a WRITE whose data-out ends inside a block is refused before anything is written.
+    fn writes_partial_blocks(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) fn out_of_range() -> std::io::Error {

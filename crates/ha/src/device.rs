@@ -173,4 +173,9 @@ impl BlockDevice for ReplicatedDevice {
     fn writes_stay_local(&self) -> bool {
         false
     }
+
+    /// The core replicates whole blocks.
+    fn writes_partial_blocks(&self) -> bool {
+        false
+    }
 }

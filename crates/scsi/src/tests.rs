@@ -634,6 +634,9 @@ impl BlockDevice for Remote {
     fn writes_stay_local(&self) -> bool {
         false
     }
+    fn writes_partial_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// Buffered WRITEs queue on a few shared threads; a WRITE that waits for another machine must
@@ -646,4 +649,45 @@ fn writes_that_wait_for_another_machine_are_not_buffered() {
     let remote = Arc::new(Remote(MemoryDevice::new(BLOCKS * 512)));
     let lu = LogicalUnit::new(config(remote), f.tpgs.clone()).unwrap();
     assert!(!lu.is_buffered_write(&write10));
+}
+
+/// A device that keeps whole blocks only refuses a WRITE whose data-out ends inside a block
+/// (writing nothing), and still takes the whole blocks of a short data-out.
+#[test]
+fn a_whole_block_device_refuses_data_out_that_ends_inside_a_block() {
+    let f = fixture();
+    let a = nexus(1, "iqn.2026-11.test:a", 1);
+    f.map.nexus_added(&a);
+    let remote = Arc::new(Remote(MemoryDevice::new(BLOCKS * 512)));
+    let lu = Arc::new(LogicalUnit::new(config(remote.clone()), f.tpgs.clone()).unwrap());
+    let map = LunMap::new(vec![(0, lu)]);
+    map.nexus_added(&a);
+    // The power-on unit attention first.
+    let (o, _) = run(&map, &a, &[0u8; 6], &[], 0);
+    assert_eq!(asc(&o).0, 0x06);
+    let (o, _) = run(
+        &map,
+        &a,
+        &[0x2A, 0, 0, 0, 0, 20, 0, 0, 1, 0],
+        &[7u8; 200],
+        0,
+    );
+    assert_eq!(asc(&o), (0x05, 0x0E, 0x03));
+    let mut back = [0u8; 1024];
+    remote.read_at(&mut back, 20 * 512).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "a refused write changed the disk"
+    );
+    // Two blocks asked for, one sent: the one is written.
+    let (o, _) = run(
+        &map,
+        &a,
+        &[0x2A, 0, 0, 0, 0, 20, 0, 0, 2, 0],
+        &[9u8; 512],
+        0,
+    );
+    assert_eq!(o.status, 0);
+    remote.read_at(&mut back, 20 * 512).unwrap();
+    assert!(back[..512].iter().all(|&b| b == 9) && back[512..].iter().all(|&b| b == 0));
 }
