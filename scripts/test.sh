@@ -126,6 +126,11 @@ step "interop (scripts/interop.sh)"
 scripts/interop.sh
 interop="ran"
 
+# --- libiscsi through an HA pair: two lanes serve nodes and etcd on loopback ---------------------
+step "pair conformance (scripts/pair-conformance.sh, floor in tests/conformance/pair-floor)"
+cargo build --release -q -p lanes
+scripts/pair-conformance.sh
+
 # --- SMB: smbtorture against lanes serve, in a network namespace ----------------------------------
 step "smbtorture (scripts/smbtorture.sh, floor in scripts/smbtorture-floor.txt)"
 cargo build --release -q -p lanes

@@ -123,6 +123,22 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn holes_read_zero(&self) -> bool {
         true
     }
+
+    /// Whether a write without FUA, with the write cache on, waits for nothing but this
+    /// machine (page cache, local kernel), so that it may queue behind other such writes on a
+    /// few shared threads. A device whose writes wait for other machines (the HA pair's peer,
+    /// Ceph's OSDs) says no: a peer being lost or slow must not hold up every other LUN's
+    /// writes, and waiting for a round trip two at a time would cap its throughput.
+    fn writes_stay_local(&self) -> bool {
+        true
+    }
+
+    /// Whether a write may end inside a block (the file and memory backends write any byte
+    /// range). A device that keeps whole blocks only (the HA pair replicates blocks) says no,
+    /// and a WRITE whose data-out ends inside a block is refused before anything is written.
+    fn writes_partial_blocks(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) fn out_of_range() -> std::io::Error {

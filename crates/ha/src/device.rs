@@ -168,4 +168,14 @@ impl BlockDevice for ReplicatedDevice {
     fn release(&self) {
         self.local.release();
     }
+
+    /// Every write waits for the peer's acknowledgement.
+    fn writes_stay_local(&self) -> bool {
+        false
+    }
+
+    /// The core replicates whole blocks.
+    fn writes_partial_blocks(&self) -> bool {
+        false
+    }
 }

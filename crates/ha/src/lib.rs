@@ -7,13 +7,14 @@
 //! - the peer link is two TCP connections, data and control ([`link`]);
 //! - the core's metadata (generations, dirty bitmap, activity log) goes to an append-only
 //!   journal made durable with fdatasync on its own thread ([`journal`]);
-//! - local I/O runs on tokio's blocking pool; epoch races go to etcd through
-//!   [`lanes_witness::Witness`];
+//! - local I/O runs on the LUN's own threads, not tokio's blocking pool, where the LUN's
+//!   callers wait ([`local_io`]); epoch races go to etcd through [`lanes_witness::Witness`];
 //! - [`ReplicatedLun::device`] is what the SCSI layer reads and writes ([`device`]).
 
 mod device;
 pub mod journal;
 mod link;
+mod local_io;
 mod task;
 
 use std::net::SocketAddr;
@@ -66,6 +67,8 @@ pub enum Error {
     },
     #[error("a replicated LUN needs a tokio runtime")]
     NoRuntime,
+    #[error("cannot start the local I/O threads: {0}")]
+    Threads(#[source] std::io::Error),
 }
 
 /// What `lanes status` shows of one LUN's pair.
@@ -130,6 +133,8 @@ impl ReplicatedLun {
             initial_outdated: cfg.replacement,
         };
         let j = journal::Journal::open(&cfg.meta_path, geometry)?;
+        let io =
+            local_io::LocalIo::start("lanes-ha-io", local_io::THREADS).map_err(Error::Threads)?;
         let meta = j.meta().clone();
         let start = Instant::now();
         let replica = Replica::new(cfg.core.clone(), meta, 0)?;
@@ -183,6 +188,7 @@ impl ReplicatedLun {
             link_tx,
             journal: Some(jtx),
             journal_thread: Some(journal_thread),
+            io: Some(io),
             witness: Arc::new(Witness::new(cfg.witness.clone())),
             alua: alua_tx,
             status: status_tx,

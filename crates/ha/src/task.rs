@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::link::{self, LinkEvent, Session};
+use crate::local_io::LocalIo;
 use crate::PairStatus;
 
 pub(crate) type Reply = SyncSender<Result<(), HostError>>;
@@ -73,6 +75,8 @@ pub(crate) struct Driver {
     pub link_tx: mpsc::UnboundedSender<LinkEvent>,
     pub journal: Option<std::sync::mpsc::Sender<(Token, MetaOp)>>,
     pub journal_thread: Option<std::thread::JoinHandle<()>>,
+    /// Threads for local I/O (applies, resync reads, fsyncs); `None` once stopped.
+    pub io: Option<LocalIo>,
     pub witness: Arc<Witness>,
     pub alua: watch::Sender<Alua>,
     pub status: watch::Sender<PairStatus>,
@@ -176,9 +180,16 @@ impl Driver {
             }
         }
         self.journal = None;
-        if let Some(t) = self.journal_thread.take() {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
+        let (journal, io) = (self.journal_thread.take(), self.io.take());
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(io) = io {
+                io.join();
+            }
+            if let Some(t) = journal {
+                let _ = t.join();
+            }
+        })
+        .await;
     }
 
     fn input(&mut self, i: Input) -> Result<(), String> {
@@ -397,13 +408,22 @@ impl Driver {
         }
     }
 
+    /// Run local I/O on the LUN's own threads (`local_io`), never on tokio's blocking pool: the
+    /// callers waiting for this LUN may hold every thread of that pool.
     fn blocking(&mut self, f: impl FnOnce() -> std::io::Result<Input> + Send + 'static) {
+        let Some(io) = &self.io else {
+            return;
+        };
         self.local_io += 1;
         let me = self.me.clone();
-        tokio::task::spawn_blocking(move || {
-            let input = f().unwrap_or_else(|e| Input::LocalFailed(e.to_string()));
+        io.run(Box::new(move || {
+            let input = match catch_unwind(AssertUnwindSafe(f)) {
+                Ok(Ok(input)) => input,
+                Ok(Err(e)) => Input::LocalFailed(e.to_string()),
+                Err(_) => Input::LocalFailed("local I/O panicked".into()),
+            };
             let _ = me.send(input);
-        });
+        }));
     }
 
     /// Answer reads waiting for the lease: allowed now, or refused at their deadline.

@@ -196,6 +196,11 @@ impl BlockDevice for RbdDevice {
         true
     }
 
+    /// No client-side cache: every write waits for the OSDs.
+    fn writes_stay_local(&self) -> bool {
+        false
+    }
+
     fn compare_and_write(
         &self,
         compare: &[u8],

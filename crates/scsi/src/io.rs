@@ -109,8 +109,9 @@ impl LogicalUnit {
         }
     }
 
-    /// WRITE: writes min(CDB length, bytes the initiator sent) (FCP-4 / libiscsi residual tests).
-    /// With `Io::NoWait`, `Ok(false)` means it could not complete without sleeping (a flush is
+    /// WRITE: writes min(CDB length, bytes the initiator sent) (FCP-4 / libiscsi residual tests);
+    /// on a device that keeps whole blocks only, data-out that ends inside a block is refused
+    /// (INVALID FIELD IN INFORMATION UNIT) and nothing is written. With `Io::NoWait`, `Ok(false)` means it could not complete without sleeping (a flush is
     /// due, a COMPARE AND WRITE holds the range, or the page cache cannot take it now); the
     /// caller retries on a blocking thread, rewriting the same bytes.
     pub(crate) fn write(
@@ -125,6 +126,9 @@ impl LogicalUnit {
             return Ok(true);
         }
         let n = (u64::from(r.blocks) * self.bs()).min(data_len(req.data_out));
+        if !n.is_multiple_of(self.bs()) && !self.cfg.device.writes_partial_blocks() {
+            return Err(Sense::invalid_field_in_iu());
+        }
         let end = r.lba + u64::from(r.blocks);
         let offset = r.lba * self.bs();
         if io == Io::NoWait {

@@ -276,9 +276,10 @@ impl LogicalUnit {
         }
     }
 
-    /// Whether `cdb` is a WRITE that only needs the page cache: no FUA and the write cache on.
-    /// Such a write can still sleep in the kernel (journal, allocation, dirty throttling), but
-    /// never waits for a flush, so it may queue behind other buffered writes.
+    /// Whether `cdb` is a WRITE that only needs the page cache: no FUA, the write cache on, and
+    /// a device whose writes stay on this machine. Such a write can still sleep in the kernel
+    /// (journal, allocation, dirty throttling), but never waits for a flush or another
+    /// machine, so it may queue behind other buffered writes.
     pub fn is_buffered_write(&self, cdb: &[u8]) -> bool {
         let fua = match cdb.first().copied() {
             Some(op::WRITE_6) => false,
@@ -287,7 +288,7 @@ impl LogicalUnit {
             }
             _ => return false,
         };
-        !fua && self.wce.load(Ordering::Relaxed)
+        !fua && self.wce.load(Ordering::Relaxed) && self.cfg.device.writes_stay_local()
     }
 
     /// Executes one command; data-in is appended to `data_in`.

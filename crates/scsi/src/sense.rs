@@ -105,6 +105,11 @@ impl Sense {
     pub const fn lun_not_supported() -> Self {
         Self::new(key::ILLEGAL_REQUEST, 0x25, 0)
     }
+    /// ILLEGAL REQUEST, INVALID FIELD IN INFORMATION UNIT: the data-out does not fit the
+    /// command (SAM-5 5.4.3: a transport's underflow the device server cannot use).
+    pub const fn invalid_field_in_iu() -> Self {
+        Self::new(key::ILLEGAL_REQUEST, 0x0E, 0x03)
+    }
     /// ILLEGAL REQUEST, SAVING PARAMETERS NOT SUPPORTED.
     pub const fn saving_not_supported() -> Self {
         Self::new(key::ILLEGAL_REQUEST, 0x39, 0)

@@ -605,3 +605,89 @@ fn nowait_path_serves_plain_io_and_declines_the_rest() {
     let (o, _) = run_nowait(&f.map, &n, &cdb16(0x88, BLOCKS, 1), &[]).expect("answered");
     assert_eq!(asc(&o), (0x05, 0x21, 0x00));
 }
+
+/// A device whose writes wait for another machine (an HA pair's peer, Ceph's OSDs).
+struct Remote(MemoryDevice);
+
+impl BlockDevice for Remote {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        self.0.write_vectored_at(bufs, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.punch_hole(offset, len)
+    }
+    fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<blockstore::Extent>> {
+        self.0.allocation_map(offset, len)
+    }
+    fn writes_stay_local(&self) -> bool {
+        false
+    }
+    fn writes_partial_blocks(&self) -> bool {
+        false
+    }
+}
+
+/// Buffered WRITEs queue on a few shared threads; a WRITE that waits for another machine must
+/// not, or one lost peer holds up every LUN's writes.
+#[test]
+fn writes_that_wait_for_another_machine_are_not_buffered() {
+    let f = fixture();
+    let write10 = [0x2A, 0, 0, 0, 0, 10, 0, 0, 1, 0];
+    assert!(f.map.is_buffered_write(0, &write10));
+    let remote = Arc::new(Remote(MemoryDevice::new(BLOCKS * 512)));
+    let lu = LogicalUnit::new(config(remote), f.tpgs.clone()).unwrap();
+    assert!(!lu.is_buffered_write(&write10));
+}
+
+/// A device that keeps whole blocks only refuses a WRITE whose data-out ends inside a block
+/// (writing nothing), and still takes the whole blocks of a short data-out.
+#[test]
+fn a_whole_block_device_refuses_data_out_that_ends_inside_a_block() {
+    let f = fixture();
+    let a = nexus(1, "iqn.2026-11.test:a", 1);
+    f.map.nexus_added(&a);
+    let remote = Arc::new(Remote(MemoryDevice::new(BLOCKS * 512)));
+    let lu = Arc::new(LogicalUnit::new(config(remote.clone()), f.tpgs.clone()).unwrap());
+    let map = LunMap::new(vec![(0, lu)]);
+    map.nexus_added(&a);
+    // The power-on unit attention first.
+    let (o, _) = run(&map, &a, &[0u8; 6], &[], 0);
+    assert_eq!(asc(&o).0, 0x06);
+    let (o, _) = run(
+        &map,
+        &a,
+        &[0x2A, 0, 0, 0, 0, 20, 0, 0, 1, 0],
+        &[7u8; 200],
+        0,
+    );
+    assert_eq!(asc(&o), (0x05, 0x0E, 0x03));
+    let mut back = [0u8; 1024];
+    remote.read_at(&mut back, 20 * 512).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "a refused write changed the disk"
+    );
+    // Two blocks asked for, one sent: the one is written.
+    let (o, _) = run(
+        &map,
+        &a,
+        &[0x2A, 0, 0, 0, 0, 20, 0, 0, 2, 0],
+        &[9u8; 512],
+        0,
+    );
+    assert_eq!(o.status, 0);
+    remote.read_at(&mut back, 20 * 512).unwrap();
+    assert!(back[..512].iter().all(|&b| b == 9) && back[512..].iter().all(|&b| b == 0));
+}
