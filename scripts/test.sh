@@ -114,12 +114,13 @@ step "Debian package (scripts/package-check.sh)"
 scripts/package-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
-step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations, lio-peer)"
+step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations, lio-peer, cifs-multichannel)"
 vm/tests/seed-000
 vm/tests/alua
 vm/tests/attach-nbd
 vm/tests/persistent-reservations
 vm/tests/lio-peer
+vm/tests/cifs-multichannel
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
