@@ -231,8 +231,10 @@ impl Journal {
                 at += n;
                 records += 1;
             }
+            // Append mode: records go after the last good one (a plain write handle would
+            // start at offset 0 and overwrite the header).
             let file = OpenOptions::new()
-                .write(true)
+                .append(true)
                 .open(path)
                 .map_err(|e| io(path, e))?;
             if at < bytes.len() {
@@ -412,5 +414,28 @@ mod tests {
             Journal::open(&path, other),
             Err(JournalError::Foreign { .. })
         ));
+    }
+
+    /// A node restarted twice (the fault campaign's kill -9, restart, kill -9, restart): what
+    /// it appended after the first restart is replayed after the second.
+    #[test]
+    fn appends_after_a_reopen_follow_the_replayed_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta");
+        let mut j = Journal::open(&path, geo()).unwrap();
+        j.append(&[MetaOp::BitsSet { first: 1, count: 2 }]).unwrap();
+        drop(j);
+        let mut j = Journal::open(&path, geo()).unwrap();
+        j.append(&[MetaOp::State {
+            epoch: 9,
+            outdated: false,
+        }])
+        .unwrap();
+        let want = j.meta().clone();
+        drop(j);
+        let j = Journal::open(&path, geo()).expect("the header survives a reopen and an append");
+        assert_eq!(j.meta(), &want);
+        assert_eq!(j.meta().epoch, 9);
+        assert_eq!(replication::meta::count_set(&j.meta().bitmap), 2);
     }
 }
