@@ -20,8 +20,6 @@ use lanes_test_support::serve::Signal;
 #[test]
 fn a_host_over_four_paths_rides_through_kill_9_of_a_node() {
     use bytes::Bytes;
-    use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
-    use lanes_initiator::{LoginOptions, Multipath};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
@@ -30,38 +28,7 @@ fn a_host_over_four_paths_rides_through_kill_9_of_a_node() {
         .with_env_filter("lanes_initiator=info")
         .try_init();
     let mut rig = pair_rig("mp");
-    let portals = [
-        ("10.77.1.2:3260", 1),
-        ("10.77.2.2:3260", 2),
-        ("10.77.1.3:3260", 3),
-        ("10.77.2.3:3260", 4),
-    ];
-    let mp = rig.in_host(async move {
-        let portals = portals
-            .iter()
-            .map(|(a, t)| PortalConfig {
-                addr: a.parse().unwrap(),
-                tpgt: *t,
-                weight: 1,
-                priority: 0,
-                interface: None,
-            })
-            .collect();
-        let cfg = MultipathConfig::new(
-            TARGET,
-            portals,
-            LoginOptions::new("iqn.2026-11.io.lanes:lab-host"),
-        );
-        let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
-        assert!(mp.refused().is_empty(), "refused: {:?}", mp.refused());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !mp.status().paths.iter().all(|p| p.eligible) {
-            assert!(Instant::now() < deadline, "paths: {:?}", mp.status().paths);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(mp.status().paths.len(), 4);
-        mp
-    });
+    let mp = attach_four_paths(&mut rig);
 
     // 16 workers, each owning 32 slots of 4 KiB: 2 of 3 requests writes.
     let stop = Arc::new(AtomicBool::new(false));

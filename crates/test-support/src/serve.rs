@@ -192,6 +192,13 @@ impl ServeChild {
         &self.wwids[0]
     }
 
+    /// Sends `signal` (SIGSTOP and SIGCONT pause and resume the process).
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
+            let _ = kill_process(pid, signal);
+        }
+    }
+
     /// Sends `signal` and waits up to `timeout` for the exit.
     pub fn stop(&mut self, signal: Signal, timeout: Duration) -> Option<ExitStatus> {
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {

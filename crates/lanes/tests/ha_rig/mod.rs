@@ -187,6 +187,47 @@ pub async fn login(portal: &str) -> Session {
     s
 }
 
+/// `lanes attach`'s multipath device over the pair's four paths (two per node), every path
+/// eligible.
+pub fn attach_four_paths(rig: &mut Rig) -> std::sync::Arc<lanes_initiator::Multipath> {
+    use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
+    rig.in_host(async move {
+        let portals = [
+            ("10.77.1.2:3260", 1),
+            ("10.77.2.2:3260", 2),
+            ("10.77.1.3:3260", 3),
+            ("10.77.2.3:3260", 4),
+        ]
+        .iter()
+        .map(|(a, t)| PortalConfig {
+            addr: a.parse().unwrap(),
+            tpgt: *t,
+            weight: 1,
+            priority: 0,
+            interface: None,
+        })
+        .collect();
+        let cfg = MultipathConfig::new(
+            TARGET,
+            portals,
+            LoginOptions::new("iqn.2026-11.io.lanes:lab-host"),
+        );
+        let mp = std::sync::Arc::new(
+            lanes_initiator::Multipath::attach(cfg)
+                .await
+                .expect("attach"),
+        );
+        assert!(mp.refused().is_empty(), "refused: {:?}", mp.refused());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !mp.status().paths.iter().all(|p| p.eligible) {
+            assert!(Instant::now() < deadline, "paths: {:?}", mp.status().paths);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(mp.status().paths.len(), 4);
+        mp
+    })
+}
+
 pub fn crc_of(path: &Path) -> u32 {
     crc32c::crc32c(&std::fs::read(path).unwrap())
 }
