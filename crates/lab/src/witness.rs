@@ -124,14 +124,27 @@ pub fn stop(pid: u32) {
     }
     let _ = rustix::process::kill_process(target, rustix::process::Signal::Kill);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while fs::metadata(format!("/proc/{pid}")).is_ok()
-        && fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-        && Instant::now() < deadline
-    {
+    while !released(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether process `pid` is gone, or a zombie whose every thread has exited: only then are its
+/// sockets closed (the leader turns zombie while other threads may still hold the fd table,
+/// and a new etcd would find its ports taken).
+fn released(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string()
+    };
+    field("State:").starts_with('Z') && field("Threads:") == "1"
 }
 
 /// Removes the data directory and log of a lab that is gone.

@@ -1,6 +1,7 @@
 //! The HA pair's fault campaign: `lanes attach`'s multipath device over the pair's four paths
 //! under a 4 KiB write+read load, and faults one after another, each healed before the next:
-//! kill -9 of a node (restarted, resynced), SIGSTOP of a node for a while, the replication link
+//! kill -9 of a node (restarted, resynced; the LUN's volatile cache keeps unflushed writes in
+//! process memory, so each kill is a power loss), SIGSTOP of a node for a while, the replication link
 //! down or black-holed, a node cut from etcd, etcd restarted, a node cut from everything. The
 //! oracle (ha_rig/oracle.rs) checks every read against the writes acknowledged before it began
 //! (no lost write, no stale read, no torn or misplaced block); no request may fail; after each
@@ -59,7 +60,7 @@ impl Fault {
 
     fn name(self) -> &'static str {
         match self {
-            Fault::Kill(_) => "kill -9",
+            Fault::Kill(_) => "kill -9 = power loss",
             Fault::Pause(_) => "SIGSTOP",
             Fault::PeerDown => "peer link down",
             Fault::PeerBlackhole => "peer link black hole",
@@ -207,7 +208,8 @@ fn faults_under_load_lose_no_acknowledged_write() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let mut rig = pair_rig("hf");
+    // Writes stay in process memory until a flush: every kill -9 is a power loss.
+    let mut rig = pair_rig_with("hf", "volatile-cache = true\n");
     let mp = attach_four_paths(&mut rig);
     let load = Load::new();
     let workers = rig.in_host({
@@ -311,6 +313,9 @@ fn faults_under_load_lose_no_acknowledged_write() {
     // Every block as last acknowledged, read through the host's device.
     let slots = load.slots.lock().unwrap().clone();
     let violations = rig.in_host(async move {
+        // SYNCHRONIZE CACHE through the pair makes both replicas durable: the volatile caches
+        // reach the backing files, which are compared below.
+        mp.flush().await.expect("flush");
         let mut bad = Vec::new();
         for (i, slot) in slots.iter().enumerate() {
             let offset = i as u64 * BS as u64;
@@ -323,7 +328,8 @@ fn faults_under_load_lose_no_acknowledged_write() {
         bad
     });
     assert!(violations.is_empty(), "final read-back: {violations:?}");
-    // Both replicas identical once the load stopped and the pair is Paired.
+    // Both replicas identical once the load stopped, everything was flushed and the pair is
+    // Paired.
     wait_paired(&rig, [true, true], &load.violations);
     let files = [1, 2].map(|n| rig.node_dir(n).join("disk0.img"));
     assert_eq!(

@@ -235,6 +235,12 @@ pub fn crc_of(path: &Path) -> u32 {
 /// A lab with two storage nodes, a peer link and a witness; `lanes serve` on both nodes from
 /// one configuration text, paired.
 pub fn pair_rig(tag: &str) -> Rig {
+    pair_rig_with(tag, "")
+}
+
+/// [`pair_rig`] with `lun_lines` appended to the LUN's section of the configuration (e.g.
+/// `volatile-cache = true`: kill -9 then loses what a power loss would).
+pub fn pair_rig_with(tag: &str, lun_lines: &str) -> Rig {
     require_root();
     let lab = format!("h{}-{tag}", std::process::id());
     let _ = lanes_lab::down(&lab);
@@ -264,7 +270,8 @@ pub fn pair_rig(tag: &str) -> Rig {
     // path then names each node's own backing file).
     for node in [1, 2] {
         std::fs::create_dir_all(rig.node_dir(node)).unwrap();
-        std::fs::write(rig.node_dir(node).join("lanes.toml"), config(etcd)).unwrap();
+        let text = config(etcd) + lun_lines;
+        std::fs::write(rig.node_dir(node).join("lanes.toml"), text).unwrap();
     }
     rig.start(1);
     rig.start(2);
