@@ -61,6 +61,9 @@ name = "conformance"
 etcd = ["127.0.0.1:$etcd_client"]
 listen = "127.0.0.1:$repl"
 peer = "127.0.0.2:$repl"
+# This run measures SCSI behaviour, not failover: a busy machine that delays a few 100 ms
+# heartbeats must not turn into a peer loss and an ALUA change in the middle of a test.
+heartbeat = "500ms"
 
 [[portal-group]]
 tag = 1
