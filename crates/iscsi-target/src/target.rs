@@ -146,7 +146,7 @@ pub fn build_lu(
     tpgs: &Arc<scsi::TargetPortGroups>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let device = open_device(target_name, lun)?;
-    lu_over(target_name, lun, tpgs, device)
+    lu_over(target_name, lun, tpgs, device, None)
 }
 
 /// A LUN's backing device: the file or the RBD image, under a volatile cache when configured.
@@ -189,6 +189,7 @@ fn lu_over(
     lun: &LunConfig,
     tpgs: &Arc<scsi::TargetPortGroups>,
     device: Arc<dyn blockstore::BlockDevice>,
+    pair: Option<&Arc<lanes_ha::ReplicatedLun>>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
@@ -201,7 +202,13 @@ fn lu_over(
                 source: e,
             },
         )?)),
-        None => None,
+        // A replicated LUN: both nodes of the pair share them through the peer link.
+        None => pair.map(|p| -> Arc<dyn scsi::PrStore> {
+            Arc::new(crate::pair_pr::PairPrStore::new(
+                p.clone(),
+                crate::pair_pr::state_path(&lun.path),
+            ))
+        }),
     };
     let lu_config = scsi::LunConfig {
         device,
@@ -213,7 +220,7 @@ fn lu_over(
         revision: product_revision(),
         read_only: lun.read_only,
         write_cache: lun.write_cache,
-        pr_file: lun.rbd.is_none().then(|| pr_file.into()),
+        pr_file: pr_store.is_none().then(|| pr_file.into()),
         pr_store,
         thin: true,
     };
@@ -266,9 +273,14 @@ impl TargetRuntime {
                     }
                 })?;
                 device = pair.device();
+                units.push((
+                    lun.lun,
+                    lu_over(&config.name, lun, &tpgs, device, Some(&pair))?,
+                ));
                 pairs.push((lun.lun, pair));
+                continue;
             }
-            units.push((lun.lun, lu_over(&config.name, lun, &tpgs, device)?));
+            units.push((lun.lun, lu_over(&config.name, lun, &tpgs, device, None)?));
         }
         if !pairs.is_empty() {
             crate::pair::follow_alua(

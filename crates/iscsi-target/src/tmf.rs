@@ -63,6 +63,7 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
             waits.push((s.clone(), set));
         }
     };
+    let mut share_reset: Option<Arc<scsi::LogicalUnit>> = None;
     let response = match function {
         tmf::ABORT_TASK => {
             let rtt = req.referenced_task_tag;
@@ -103,6 +104,8 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
             // asked included (libiscsi's MultipathIO.Reset checks every path).
             if let Some(lu) = luns.get(lun) {
                 lu.lun_reset(None);
+                // The nexuses of an HA pair's other node get it too, before the answer.
+                share_reset = Some(lu.clone());
             }
             tmf_response::COMPLETE
         }
@@ -124,6 +127,9 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
         for (s, set) in waits {
             s.wait_until(|tasks| !tasks.keys().any(|k| set.contains(k)))
                 .await;
+        }
+        if let Some(lu) = share_reset {
+            let _ = tokio::task::spawn_blocking(move || lu.share_lun_reset()).await;
         }
         respond(response);
         if cold {

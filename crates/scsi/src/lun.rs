@@ -64,7 +64,7 @@ pub struct LogicalUnit {
     blocks: AtomicU64,
     pub(crate) tpgs: Arc<TargetPortGroups>,
     pub(crate) wce: AtomicBool,
-    pub(crate) ua: UnitAttentions,
+    pub(crate) ua: Arc<UnitAttentions>,
     alua_seen: AtomicU64,
     pub(crate) pr: Arc<PrLock>,
     /// Serialises this gateway's PERSISTENT RESERVE OUT commands against a shared store.
@@ -100,7 +100,7 @@ impl LogicalUnit {
             blocks: AtomicU64::new(blocks),
             alua_seen: AtomicU64::new(tpgs.generation()),
             tpgs,
-            ua: UnitAttentions::default(),
+            ua: Arc::new(UnitAttentions::default()),
             pr: Arc::new(PrLock::new(pr)),
             pr_out_lock: Mutex::new(()),
             caw: CawLocks::default(),

@@ -166,19 +166,7 @@ impl PrState {
     /// Serialises the persistent part (registrations, reservation) as text lines.
     pub fn to_text(&self) -> String {
         let mut s = format!("lanes-pr 1\ngeneration {}\n", self.generation);
-        let reg_line = |r: &Registration| {
-            let isid = r.isid.map_or("-".to_string(), |i| {
-                i.iter().map(|b| format!("{b:02x}")).collect()
-            });
-            format!(
-                "{:016x} {} {} {} {}",
-                r.key,
-                isid,
-                r.rel_port,
-                u8::from(r.all_tg_pt),
-                r.name
-            )
-        };
+        let reg_line = Self::reg_line;
         for r in &self.regs {
             s.push_str(&format!("reg {}\n", reg_line(r)));
         }
@@ -188,13 +176,28 @@ impl PrState {
         s
     }
 
+    /// One registration as a line of the state text (after `reg ` or `res KIND `).
+    pub fn reg_line(r: &Registration) -> String {
+        let isid = r.isid.map_or("-".to_string(), |i| {
+            i.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        format!(
+            "{:016x} {} {} {} {}",
+            r.key,
+            isid,
+            r.rel_port,
+            u8::from(r.all_tg_pt),
+            r.name
+        )
+    }
+
     /// [`Self::to_text`] plus the APTPL bit, for a shared store (where the state is kept
     /// whatever APTPL says, and the bit is only reported).
     pub fn to_shared_text(&self) -> String {
         format!("{}aptpl {}\n", self.to_text(), u8::from(self.aptpl))
     }
 
-    fn parse_reg(words: &[&str]) -> Option<Registration> {
+    pub(crate) fn parse_reg(words: &[&str]) -> Option<Registration> {
         let [key, isid, rel, all, name] = words else {
             return None;
         };

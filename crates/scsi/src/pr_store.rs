@@ -22,6 +22,10 @@ pub enum StoreResult {
 /// Called with the state text and version another gateway announced.
 pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) + Send + Sync>;
 
+/// Called with unit attentions another target raised for this target's nexuses (text as
+/// [`LogicalUnit::raise_shared_attention`] reads it).
+pub type NoticeFn = Box<dyn Fn(&str) + Send + Sync>;
+
 /// Reservation state shared by every gateway of a logical unit.
 pub trait PrStore: Send + Sync {
     /// The current state text (`None`: nothing stored yet) and its version.
@@ -34,6 +38,15 @@ pub trait PrStore: Send + Sync {
     /// Registers what to call when a change is announced (once, when the logical unit is
     /// created); each gateway's call must have taken the state before it acknowledges.
     fn subscribe(&self, on_change: PrChangeFn);
+    /// Raises unit attentions on the nexuses of the other targets of this logical unit and
+    /// returns once they have them. Stores that cannot reach the other targets' nexuses do
+    /// nothing (the default).
+    fn notify(&self, _attention: &str) -> io::Result<()> {
+        Ok(())
+    }
+    /// Registers what to call with another target's unit attentions (once, when the logical
+    /// unit is created). The default never calls it.
+    fn subscribe_notices(&self, _on_notice: NoticeFn) {}
 }
 
 /// How often a PERSISTENT RESERVE OUT reloads and redoes its change after losing a race with
@@ -60,8 +73,31 @@ impl LogicalUnit {
                 pr.install(text, version);
             }
         }));
+        let ua = std::sync::Arc::downgrade(&self.ua);
+        store.subscribe_notices(Box::new(move |text| {
+            if let Some(ua) = ua.upgrade() {
+                raise_attention_text(&ua, text);
+            }
+        }));
         self.refresh_pr()
             .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))
+    }
+
+    /// Sends unit attentions to the other targets of this logical unit (a no-op without a
+    /// store that reaches them), logging a failure: the local change stands either way.
+    pub(crate) fn share_attention(&self, text: &str) {
+        if let Some(store) = &self.cfg.pr_store {
+            if let Err(e) = store.notify(text) {
+                tracing::warn!("unit attention not delivered to the other node: {e}");
+            }
+        }
+    }
+
+    /// LOGICAL UNIT RESET: its unit attention (29/03) for the nexuses of the other targets of
+    /// this logical unit too. Blocks until they have it: call off the event loop, after
+    /// [`LogicalUnit::lun_reset`].
+    pub fn share_lun_reset(&self) {
+        self.share_attention(&attention_text(0x29, 0x03, None));
     }
 
     /// Reads the store's latest state into the logical unit.
@@ -131,5 +167,54 @@ impl LogicalUnit {
         }
         tracing::warn!("persistent reservation: {STORE_ATTEMPTS} attempts lost to other gateways");
         Err(PrError::Sense(Sense::internal_failure()))
+    }
+}
+
+/// Unit attentions as text for the other targets: `ua ASC ASCQ` (hex), then `all`, or the
+/// registrations (as in the state text) whose nexuses get it.
+pub(crate) fn attention_text(asc: u8, ascq: u8, regs: Option<&[crate::pr::Registration]>) -> String {
+    let mut s = format!("ua {asc:02x} {ascq:02x}\n");
+    match regs {
+        None => s.push_str("all\n"),
+        Some(regs) => {
+            for r in regs {
+                s.push_str(&format!("reg {}\n", PrState::reg_line(r)));
+            }
+        }
+    }
+    s
+}
+
+/// Raises the unit attentions of [`attention_text`] on the matching nexuses; malformed text
+/// raises nothing.
+pub(crate) fn raise_attention_text(ua: &crate::ua::UnitAttentions, text: &str) {
+    let mut lines = text.lines();
+    let Some(head) = lines.next() else { return };
+    let words: Vec<&str> = head.split(' ').collect();
+    let ["ua", asc, ascq] = words.as_slice() else {
+        tracing::warn!("unparsable unit attention from the other node");
+        return;
+    };
+    let (Ok(asc), Ok(ascq)) = (u8::from_str_radix(asc, 16), u8::from_str_radix(ascq, 16)) else {
+        tracing::warn!("unparsable unit attention from the other node");
+        return;
+    };
+    let mut all = false;
+    let mut regs = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            ["all"] => all = true,
+            ["reg", rest @ ..] => match PrState::parse_reg(rest) {
+                Some(r) => regs.push(r),
+                None => return,
+            },
+            _ => return,
+        }
+    }
+    if all {
+        ua.raise_all(asc, ascq, None);
+    } else {
+        ua.raise_where(asc, ascq, |_, who| regs.iter().any(|r| r.matches(who)));
     }
 }
