@@ -108,8 +108,8 @@ impl Inner {
                 if let Err(e) = persist(&self.file, version, payload) {
                     tracing::warn!(file = %self.file.display(), "reservation state not saved: {e}");
                 }
-                let text = (!payload.is_empty())
-                    .then(|| String::from_utf8_lossy(payload).into_owned());
+                let text =
+                    (!payload.is_empty()).then(|| String::from_utf8_lossy(payload).into_owned());
                 let local = {
                     let mut v = self.view.lock();
                     v.local += 1;
@@ -122,10 +122,9 @@ impl Inner {
                 }
             }
             SharedEvent::Notice { payload } => {
-                if let (Ok(text), Some(f)) = (
-                    std::str::from_utf8(payload),
-                    self.on_notice.read().as_ref(),
-                ) {
+                if let (Ok(text), Some(f)) =
+                    (std::str::from_utf8(payload), self.on_notice.read().as_ref())
+                {
                     f(text);
                 }
             }

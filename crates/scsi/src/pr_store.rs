@@ -172,7 +172,11 @@ impl LogicalUnit {
 
 /// Unit attentions as text for the other targets: `ua ASC ASCQ` (hex), then `all`, or the
 /// registrations (as in the state text) whose nexuses get it.
-pub(crate) fn attention_text(asc: u8, ascq: u8, regs: Option<&[crate::pr::Registration]>) -> String {
+pub(crate) fn attention_text(
+    asc: u8,
+    ascq: u8,
+    regs: Option<&[crate::pr::Registration]>,
+) -> String {
     let mut s = format!("ua {asc:02x} {ascq:02x}\n");
     match regs {
         None => s.push_str("all\n"),
