@@ -136,7 +136,7 @@ pub async fn run(
                 // would not see it: its I_T nexus ends here (its SPC-2 reservation and unit
                 // attentions go), or a peer reinstating in a loop would leave them behind.
                 if let Some(t) = &old.target {
-                    t.luns.load().nexus_removed(&old.nexus);
+                    t.luns.nexus_lost(&old.nexus);
                 }
             }
             let stat_sn = resp.stat_sn.wrapping_add(1);

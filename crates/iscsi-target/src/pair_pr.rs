@@ -179,4 +179,10 @@ impl PrStore for PairPrStore {
     fn subscribe_notices(&self, on_notice: NoticeFn) {
         *self.inner.on_notice.write() = Some(on_notice);
     }
+
+    fn shares_legacy(&self) -> bool {
+        // Relative target port ids are unique across the pair, so an I_T nexus is named alike
+        // on both nodes.
+        true
+    }
 }

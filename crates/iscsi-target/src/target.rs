@@ -64,6 +64,21 @@ impl LunTable {
         self.current.read().clone()
     }
 
+    /// I_T nexus loss: every LU forgets `nexus`; an SPC-2 reservation it held on a replicated
+    /// LUN is released on both nodes of the pair, on a blocking thread (it waits for the peer).
+    pub fn nexus_lost(&self, nexus: &scsi::Nexus) {
+        let map = self.load();
+        map.nexus_removed(nexus);
+        if map.holds_shared_reservation(nexus) {
+            let nexus = nexus.clone();
+            let release = move || map.release_shared_reservations(&nexus);
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => drop(h.spawn_blocking(release)),
+                Err(_) => release(),
+            }
+        }
+    }
+
     /// Replaces the map; views see the new one at their next [`LunView::refresh`].
     pub fn store(&self, map: Arc<scsi::LunMap>) {
         *self.current.write() = map;

@@ -100,11 +100,7 @@ fn prout(c: &mut Conn, action: u8, kind: u8, key: u64, sa_key: u64) -> u8 {
     params[0..8].copy_from_slice(&key.to_be_bytes());
     params[8..16].copy_from_slice(&sa_key.to_be_bytes());
     let cdb = [0x5F, action, kind, 0, 0, 0, 0, 0, 24, 0];
-    let r = c.scsi(&cdb, 24, Some(&params)).expect("PR OUT");
-    if r.status == 2 {
-        eprintln!("PR OUT {action}: sense {:?}", r.sense_triplet());
-    }
-    r.status
+    c.scsi(&cdb, 24, Some(&params)).expect("PR OUT").status
 }
 
 /// READ KEYS: (generation, keys).
@@ -234,4 +230,41 @@ fn a_returning_node_takes_the_survivors_reservations() {
     assert_eq!(prout(&mut a, 2, WRITE_EXCLUSIVE, 0xAA, 0), 0);
     assert_eq!(write_status(&mut b, 20), 0);
     assert_eq!(read_reservation(&mut b), None);
+}
+
+#[test]
+fn an_spc2_reservation_through_one_node_binds_the_other_until_logout() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let (portals, repl) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let node1 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 1));
+    let node2 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 2));
+    wait_role(&node1, "Paired");
+    wait_role(&node2, "Paired");
+    let mut a = host(node1.portals[0].1, "iqn.2026-01.test:host-a", 1);
+    let mut b = host(node2.portals[0].1, "iqn.2026-01.test:host-b", 2);
+    a.clear_unit_attentions();
+    b.clear_unit_attentions();
+    let reserve6 = |c: &mut Conn| c.scsi(&[0x16, 0, 0, 0, 0, 0], 0, None).unwrap().status;
+    let release6 = |c: &mut Conn| c.scsi(&[0x17, 0, 0, 0, 0, 0], 0, None).unwrap().status;
+    assert_eq!(reserve6(&mut a), 0);
+    assert_eq!(write_status(&mut b, 30), CONFLICT);
+    assert_eq!(reserve6(&mut b), CONFLICT);
+    assert_eq!(write_status(&mut a, 30), 0);
+    // RELEASE through node 1 frees it for host B on node 2, whose RESERVE binds host A.
+    assert_eq!(release6(&mut a), 0);
+    assert_eq!(reserve6(&mut b), 0);
+    assert_eq!(write_status(&mut a, 31), CONFLICT);
+    // Host B logs out: the I_T nexus is gone, and with it the reservation, on both nodes.
+    assert_eq!(b.logout(0, b.cid), 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while write_status(&mut a, 31) == CONFLICT {
+        assert!(
+            Instant::now() < deadline,
+            "host B's reservation outlived its logout"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(reserve6(&mut a), 0);
 }

@@ -47,6 +47,11 @@ pub trait PrStore: Send + Sync {
     /// Registers what to call with another target's unit attentions (once, when the logical
     /// unit is created). The default never calls it.
     fn subscribe_notices(&self, _on_notice: NoticeFn) {}
+    /// Whether the SPC-2 RESERVE holder is part of the shared state (an HA pair, whose
+    /// nexuses are named alike on both nodes). Default: each target keeps its own.
+    fn shares_legacy(&self) -> bool {
+        false
+    }
 }
 
 /// How often a PERSISTENT RESERVE OUT reloads and redoes its change after losing a race with
@@ -67,6 +72,11 @@ impl LogicalUnit {
         let Some(store) = &self.cfg.pr_store else {
             return Ok(());
         };
+        if store.shares_legacy() {
+            self.pr
+                .shares_legacy
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let weak = std::sync::Arc::downgrade(&self.pr);
         store.subscribe(Box::new(move |text, version| {
             if let Some(pr) = weak.upgrade() {
@@ -83,6 +93,55 @@ impl LogicalUnit {
             .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))
     }
 
+    /// Whether the SPC-2 RESERVE holder is shared through the store.
+    pub(crate) fn shares_legacy(&self) -> bool {
+        self.pr
+            .shares_legacy
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes the shared SPC-2 RESERVE holder: load, `change`, compare-and-set (redone when
+    /// the other node changed the state first). `None` if the store failed.
+    pub(crate) fn change_legacy(
+        &self,
+        mut change: impl FnMut(&mut PrState) -> Result<(), Sense>,
+    ) -> Option<Result<(), Sense>> {
+        let store = self.cfg.pr_store.as_ref()?;
+        let _one = self.pr_out_lock.lock();
+        for _ in 0..STORE_ATTEMPTS {
+            let (text, version) = match store.load() {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("SPC-2 reservation: load: {e}");
+                    return None;
+                }
+            };
+            let base = parse(text.as_deref())?;
+            let mut work = base.clone();
+            if let Err(s) = change(&mut work) {
+                self.pr.install_state(base, version);
+                return Some(Err(s));
+            }
+            let new_text = work.to_shared_text_with_legacy();
+            if text.is_some() && new_text == base.to_shared_text_with_legacy() {
+                self.pr.install_state(base, version);
+                return Some(Ok(()));
+            }
+            match store.store_if(version, &new_text) {
+                Ok(StoreResult::Conflict) => continue,
+                Ok(StoreResult::Stored(v)) => {
+                    self.pr.install_state(work, v);
+                    return Some(Ok(()));
+                }
+                Err(e) => {
+                    tracing::warn!("SPC-2 reservation: store: {e}");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
     /// Sends unit attentions to the other targets of this logical unit (a no-op without a
     /// store that reaches them), logging a failure: the local change stands either way.
     pub(crate) fn share_attention(&self, text: &str) {
@@ -97,6 +156,12 @@ impl LogicalUnit {
     /// this logical unit too. Blocks until they have it: call off the event loop, after
     /// [`LogicalUnit::lun_reset`].
     pub fn share_lun_reset(&self) {
+        if self.shares_legacy() && self.pr.read().legacy_holder.is_some() {
+            self.change_legacy(|st| {
+                st.legacy_holder = None;
+                Ok(())
+            });
+        }
         self.share_attention(&attention_text(0x29, 0x03, None));
     }
 
@@ -137,14 +202,26 @@ impl LogicalUnit {
                 )
             })?;
             self.pr.install_state(base.clone(), version);
-            let mut work = PrState {
-                legacy_holder: self.pr.read().legacy_holder,
-                ..base.clone()
+            let shares_legacy = self.shares_legacy();
+            let mut work = if shares_legacy {
+                base.clone()
+            } else {
+                PrState {
+                    legacy_holder: self.pr.read().legacy_holder.clone(),
+                    ..base.clone()
+                }
             };
             let mut uas: Vec<UaIntent> = Vec::new();
             self.pr_apply(&mut work, req, p, &mut uas)?;
-            let new_text = work.to_shared_text();
-            if text.is_some() && new_text == base.to_shared_text() {
+            let text_of = |st: &PrState| {
+                if shares_legacy {
+                    st.to_shared_text_with_legacy()
+                } else {
+                    st.to_shared_text()
+                }
+            };
+            let new_text = text_of(&work);
+            if text.is_some() && new_text == text_of(&base) {
                 return Ok(());
             }
             match store
