@@ -598,8 +598,6 @@ impl Connection {
             0 => {
                 info!(initiator = %self.session.initiator_name, tsih = self.session.tsih, "logout (session)");
                 self.session.closing.cancel();
-                self.send(respond(0));
-                let _ = self.out.send(Outbound::Close);
                 let session = self.session.clone();
                 let server = self.server.clone();
                 let me = self.cid;
@@ -607,7 +605,11 @@ impl Connection {
                 for c in session.connections.lock().iter().filter(|c| c.cid != me) {
                     c.close.cancel();
                 }
+                // The I_T nexus ends before the answer (an SPC-2 reservation it held is gone
+                // on both nodes of a pair when the initiator reads it).
                 server.remove_session(&session);
+                self.send(respond(0));
+                let _ = self.out.send(Outbound::Close);
                 Err(ReadEnd::Closed)
             }
             1 | 2 if l.cid == self.cid => {

@@ -65,15 +65,25 @@ impl LunTable {
     }
 
     /// I_T nexus loss: every LU forgets `nexus`; an SPC-2 reservation it held on a replicated
-    /// LUN is released on both nodes of the pair, on a blocking thread (it waits for the peer).
+    /// LUN is released on both nodes of the pair (which waits for the peer).
     pub fn nexus_lost(&self, nexus: &scsi::Nexus) {
         let map = self.load();
         map.nexus_removed(nexus);
         if map.holds_shared_reservation(nexus) {
-            let nexus = nexus.clone();
-            let release = move || map.release_shared_reservations(&nexus);
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => drop(h.spawn_blocking(release)),
+            // Done before the caller goes on (a logout answers after it), so the other node
+            // no longer enforces it once the initiator learns its nexus is gone; the worker
+            // thread's other tasks move elsewhere meanwhile.
+            let release = || map.release_shared_reservations(nexus);
+            match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                    tokio::task::block_in_place(release)
+                }
+                Ok(_) => {
+                    let (map, nexus) = (map.clone(), nexus.clone());
+                    drop(tokio::task::spawn_blocking(move || {
+                        map.release_shared_reservations(&nexus)
+                    }));
+                }
                 Err(_) => release(),
             }
         }

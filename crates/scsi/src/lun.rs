@@ -221,7 +221,10 @@ impl LogicalUnit {
     /// TARGET (WARM/COLD) RESET: 29/02 (warm) or 29/01 (cold) on all nexuses.
     pub fn target_reset(&self, cold: bool) {
         self.prevent.lock().clear();
-        self.pr.write().legacy_holder = None;
+        // A shared SPC-2 reservation is released through the store (`share_target_reset`).
+        if !self.shares_legacy() {
+            self.pr.write().legacy_holder = None;
+        }
         self.ua
             .raise_all(0x29, if cold { 0x01 } else { 0x02 }, None);
     }

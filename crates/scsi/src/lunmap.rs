@@ -229,6 +229,14 @@ impl LunMap {
         }
     }
 
+    /// A target reset's effects on the other node of a pair (blocking; see
+    /// [`LogicalUnit::share_target_reset`]).
+    pub fn share_target_reset(&self, cold: bool) {
+        for (_, lu) in &self.luns {
+            lu.share_target_reset(cold);
+        }
+    }
+
     /// CLEAR TASK SET on `lun` by `by`.
     pub fn clear_task_set(&self, lun: u64, by: &Nexus) {
         if let Some(lu) = self.get(lun) {

@@ -156,13 +156,22 @@ impl LogicalUnit {
     /// this logical unit too. Blocks until they have it: call off the event loop, after
     /// [`LogicalUnit::lun_reset`].
     pub fn share_lun_reset(&self) {
+        self.share_reset(0x03);
+    }
+
+    /// TARGET WARM (or COLD) RESET: as [`LogicalUnit::share_lun_reset`], with 29/02 (29/01).
+    pub fn share_target_reset(&self, cold: bool) {
+        self.share_reset(if cold { 0x01 } else { 0x02 });
+    }
+
+    fn share_reset(&self, ascq: u8) {
         if self.shares_legacy() && self.pr.read().legacy_holder.is_some() {
             self.change_legacy(|st| {
                 st.legacy_holder = None;
                 Ok(())
             });
         }
-        self.share_attention(&attention_text(0x29, 0x03, None));
+        self.share_attention(&attention_text(0x29, ascq, None));
     }
 
     /// Reads the store's latest state into the logical unit.
