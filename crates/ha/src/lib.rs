@@ -15,7 +15,10 @@ mod device;
 pub mod journal;
 mod link;
 mod local_io;
+mod shared;
 mod task;
+
+pub use shared::{SharedEvent, SharedFn};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,7 +27,7 @@ use std::time::Instant;
 
 use blockstore::BlockDevice;
 use lanes_witness::{Witness, WitnessConfig};
-use replication::{Alua, Replica, Stats};
+use replication::{Alua, HostError, Replica, SharedOutcome, Stats};
 use tokio::sync::{mpsc, watch};
 
 pub use replication::Config as CoreConfig;
@@ -48,6 +51,8 @@ pub struct PairConfig {
     /// journal exists.
     pub replacement: bool,
     pub core: replication::Config,
+    /// The shared SCSI state this node starts with (its own persistent copy) and its version.
+    pub shared: (u64, bytes::Bytes),
 }
 
 /// Why a replicated LUN cannot start.
@@ -93,6 +98,7 @@ pub struct ReplicatedLun {
     alua: watch::Receiver<Alua>,
     status: watch::Receiver<PairStatus>,
     device: Arc<device::ReplicatedDevice>,
+    shared: Arc<shared::SharedHub>,
     task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -137,7 +143,9 @@ impl ReplicatedLun {
             local_io::LocalIo::start("lanes-ha-io", local_io::THREADS).map_err(Error::Threads)?;
         let meta = j.meta().clone();
         let start = Instant::now();
-        let replica = Replica::new(cfg.core.clone(), meta, 0)?;
+        let mut replica = Replica::new(cfg.core.clone(), meta, 0)?;
+        replica.set_shared(cfg.shared.0, cfg.shared.1.clone());
+        let shared = Arc::new(shared::SharedHub::new(cfg.shared.0, cfg.shared.1.clone()));
         let (tx, rx) = mpsc::unbounded_channel();
         let (jtx, jrx) = std::sync::mpsc::channel();
         let me = tx.clone();
@@ -206,6 +214,9 @@ impl ReplicatedLun {
             dirty_at: None,
             dirty: 0,
             read_waiters: Vec::new(),
+            shared: Default::default(),
+            next_shared: 1,
+            shared_hub: shared.clone(),
         };
         let task = tokio::spawn(driver.run());
         let device = Arc::new(device::ReplicatedDevice {
@@ -219,6 +230,7 @@ impl ReplicatedLun {
             alua: alua_rx,
             status: status_rx,
             device,
+            shared,
             task: parking_lot::Mutex::new(Some(task)),
         }))
     }
@@ -226,6 +238,47 @@ impl ReplicatedLun {
     /// The replicated LUN as a block device (blocking calls: use them off the event loop).
     pub fn device(&self) -> Arc<dyn BlockDevice> {
         self.device.clone()
+    }
+
+    /// This node's copy of the shared SCSI state and its version.
+    pub fn shared_state(&self) -> (u64, bytes::Bytes) {
+        self.shared.get()
+    }
+
+    /// Who is told of changes of the shared state and of the peer's unit attentions (one
+    /// subscriber; set before the LUN serves).
+    pub fn subscribe_shared(&self, f: SharedFn) {
+        self.shared.subscribe(f);
+    }
+
+    /// Replaces the shared state at version `base` with `payload` on both nodes (or on this one
+    /// alone while it holds the epoch) and waits for it: `Stored(version)` once both have it
+    /// (the subscriber has been told here before this returns), `Conflict` if the state moved
+    /// on first. Blocks the calling thread: not on the event loop.
+    pub fn change_shared(
+        &self,
+        base: u64,
+        payload: bytes::Bytes,
+    ) -> Result<SharedOutcome, HostError> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        self.inputs
+            .send(task::Input::Shared {
+                base,
+                payload,
+                reply,
+            })
+            .map_err(|_| HostError::NotReady)?;
+        rx.recv().map_err(|_| HostError::NotReady)?
+    }
+
+    /// Raises unit attentions (the payload, as the SCSI layer encodes them) on the peer's
+    /// nexuses and waits until the peer has them (at once without a peer). Blocking.
+    pub fn notify_peer(&self, payload: bytes::Bytes) -> Result<(), HostError> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        self.inputs
+            .send(task::Input::Notice { payload, reply })
+            .map_err(|_| HostError::NotReady)?;
+        rx.recv().map_err(|_| HostError::NotReady)?.map(|_| ())
     }
 
     /// This node's port groups' ALUA state, as the core sets it.

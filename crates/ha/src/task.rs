@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use blockstore::BlockDevice;
 use bytes::Bytes;
 use lanes_witness::Witness;
-use replication::{Action, Alua, Event, HostError, MetaOp, Nanos, RaceOutcome, Replica, Token};
+use replication::{
+    Action, Alua, Event, HostError, MetaOp, Nanos, RaceOutcome, Replica, SharedOutcome, Token,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -21,6 +23,7 @@ use crate::local_io::LocalIo;
 use crate::PairStatus;
 
 pub(crate) type Reply = SyncSender<Result<(), HostError>>;
+pub(crate) type SharedReply = SyncSender<Result<SharedOutcome, HostError>>;
 
 /// Longest a read waits for the replica to be allowed to serve it.
 const READ_HOLD: Nanos = 30_000_000_000;
@@ -50,6 +53,17 @@ pub(crate) enum Input {
     },
     ReadCheck {
         reply: SyncSender<bool>,
+    },
+    /// Change the shared SCSI state (see [`crate::ReplicatedLun::change_shared`]).
+    Shared {
+        base: u64,
+        payload: Bytes,
+        reply: SharedReply,
+    },
+    /// Unit attentions for the peer's nexuses.
+    Notice {
+        payload: Bytes,
+        reply: SharedReply,
     },
     Applied(Token),
     ResyncRead(Token, Bytes),
@@ -97,6 +111,11 @@ pub(crate) struct Driver {
     pub dirty: u64,
     /// Reads waiting for the read lease, until a deadline.
     pub read_waiters: Vec<(Nanos, SyncSender<bool>)>,
+    /// Shared-state changes and notices in flight, by id.
+    pub shared: HashMap<u64, SharedReply>,
+    pub next_shared: u64,
+    /// This node's copy of the shared state and who is told of its changes.
+    pub shared_hub: Arc<crate::shared::SharedHub>,
 }
 
 impl Driver {
@@ -162,6 +181,7 @@ impl Driver {
         }
         self.writes.clear();
         self.flushes.clear();
+        self.shared.clear();
         self.queued.clear();
         self.status.send_modify(|s| {
             s.state = if reason.is_some() {
@@ -229,6 +249,22 @@ impl Driver {
                 } else {
                     let _ = reply.try_send(false);
                 }
+            }
+            Input::Shared {
+                base,
+                payload,
+                reply,
+            } => {
+                let id = self.next_shared;
+                self.next_shared += 1;
+                self.shared.insert(id, reply);
+                r.submit_shared(now, id, base, payload);
+            }
+            Input::Notice { payload, reply } => {
+                let id = self.next_shared;
+                self.next_shared += 1;
+                self.shared.insert(id, reply);
+                r.submit_notice(now, id, payload);
             }
             Input::Applied(t) => {
                 self.local_io -= 1;
@@ -370,6 +406,15 @@ impl Driver {
                 }
             }
             Action::AbortDone { .. } => {}
+            Action::SharedInstalled { version, payload } => {
+                self.shared_hub.installed(version, payload);
+            }
+            Action::SharedNotice { payload } => self.shared_hub.notice(&payload),
+            Action::SharedDone { id, result } => {
+                if let Some(reply) = self.shared.remove(&id) {
+                    let _ = reply.try_send(result);
+                }
+            }
             Action::RaceForEpoch => {
                 let (w, me) = (self.witness.clone(), self.me.clone());
                 tokio::spawn(async move {

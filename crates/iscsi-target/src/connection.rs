@@ -136,7 +136,7 @@ pub async fn run(
                 // would not see it: its I_T nexus ends here (its SPC-2 reservation and unit
                 // attentions go), or a peer reinstating in a loop would leave them behind.
                 if let Some(t) = &old.target {
-                    t.luns.load().nexus_removed(&old.nexus);
+                    t.luns.nexus_lost(&old.nexus);
                 }
             }
             let stat_sn = resp.stat_sn.wrapping_add(1);
@@ -598,8 +598,6 @@ impl Connection {
             0 => {
                 info!(initiator = %self.session.initiator_name, tsih = self.session.tsih, "logout (session)");
                 self.session.closing.cancel();
-                self.send(respond(0));
-                let _ = self.out.send(Outbound::Close);
                 let session = self.session.clone();
                 let server = self.server.clone();
                 let me = self.cid;
@@ -607,7 +605,11 @@ impl Connection {
                 for c in session.connections.lock().iter().filter(|c| c.cid != me) {
                     c.close.cancel();
                 }
+                // The I_T nexus ends before the answer (an SPC-2 reservation it held is gone
+                // on both nodes of a pair when the initiator reads it).
                 server.remove_session(&session);
+                self.send(respond(0));
+                let _ = self.out.send(Outbound::Close);
                 Err(ReadEnd::Closed)
             }
             1 | 2 if l.cid == self.cid => {

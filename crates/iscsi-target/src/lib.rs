@@ -10,6 +10,7 @@ mod limits;
 mod listen;
 mod login_phase;
 mod pair;
+pub mod pair_pr;
 mod pool;
 mod portals;
 pub mod reload;

@@ -55,6 +55,7 @@ pub fn pair_config(cluster: &ClusterConfig, lun: &LunConfig, size: u64) -> PairC
         meta_path: meta_path(lun),
         replacement: cluster.replacement,
         core,
+        shared: crate::pair_pr::load_state(&crate::pair_pr::state_path(&lun.path)),
     }
 }
 

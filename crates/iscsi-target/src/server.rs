@@ -177,7 +177,7 @@ impl Server {
         };
         if removed.is_some() {
             if let Some(t) = &session.target {
-                t.luns.load().nexus_removed(&session.nexus);
+                t.luns.nexus_lost(&session.nexus);
             }
         }
     }

@@ -64,6 +64,31 @@ impl LunTable {
         self.current.read().clone()
     }
 
+    /// I_T nexus loss: every LU forgets `nexus`; an SPC-2 reservation it held on a replicated
+    /// LUN is released on both nodes of the pair (which waits for the peer).
+    pub fn nexus_lost(&self, nexus: &scsi::Nexus) {
+        let map = self.load();
+        map.nexus_removed(nexus);
+        if map.holds_shared_reservation(nexus) {
+            // Done before the caller goes on (a logout answers after it), so the other node
+            // no longer enforces it once the initiator learns its nexus is gone; the worker
+            // thread's other tasks move elsewhere meanwhile.
+            let release = || map.release_shared_reservations(nexus);
+            match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                    tokio::task::block_in_place(release)
+                }
+                Ok(_) => {
+                    let (map, nexus) = (map.clone(), nexus.clone());
+                    drop(tokio::task::spawn_blocking(move || {
+                        map.release_shared_reservations(&nexus)
+                    }));
+                }
+                Err(_) => release(),
+            }
+        }
+    }
+
     /// Replaces the map; views see the new one at their next [`LunView::refresh`].
     pub fn store(&self, map: Arc<scsi::LunMap>) {
         *self.current.write() = map;
@@ -146,7 +171,7 @@ pub fn build_lu(
     tpgs: &Arc<scsi::TargetPortGroups>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let device = open_device(target_name, lun)?;
-    lu_over(target_name, lun, tpgs, device)
+    lu_over(target_name, lun, tpgs, device, None)
 }
 
 /// A LUN's backing device: the file or the RBD image, under a volatile cache when configured.
@@ -189,6 +214,7 @@ fn lu_over(
     lun: &LunConfig,
     tpgs: &Arc<scsi::TargetPortGroups>,
     device: Arc<dyn blockstore::BlockDevice>,
+    pair: Option<&Arc<lanes_ha::ReplicatedLun>>,
 ) -> Result<Arc<scsi::LogicalUnit>, BuildError> {
     let mut pr_file = lun.path.clone().into_os_string();
     pr_file.push(".pr");
@@ -201,7 +227,13 @@ fn lu_over(
                 source: e,
             },
         )?)),
-        None => None,
+        // A replicated LUN: both nodes of the pair share them through the peer link.
+        None => pair.map(|p| -> Arc<dyn scsi::PrStore> {
+            Arc::new(crate::pair_pr::PairPrStore::new(
+                p.clone(),
+                crate::pair_pr::state_path(&lun.path),
+            ))
+        }),
     };
     let lu_config = scsi::LunConfig {
         device,
@@ -213,7 +245,7 @@ fn lu_over(
         revision: product_revision(),
         read_only: lun.read_only,
         write_cache: lun.write_cache,
-        pr_file: lun.rbd.is_none().then(|| pr_file.into()),
+        pr_file: pr_store.is_none().then(|| pr_file.into()),
         pr_store,
         thin: true,
     };
@@ -266,9 +298,14 @@ impl TargetRuntime {
                     }
                 })?;
                 device = pair.device();
+                units.push((
+                    lun.lun,
+                    lu_over(&config.name, lun, &tpgs, device, Some(&pair))?,
+                ));
                 pairs.push((lun.lun, pair));
+                continue;
             }
-            units.push((lun.lun, lu_over(&config.name, lun, &tpgs, device)?));
+            units.push((lun.lun, lu_over(&config.name, lun, &tpgs, device, None)?));
         }
         if !pairs.is_empty() {
             crate::pair::follow_alua(

@@ -63,6 +63,10 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
             waits.push((s.clone(), set));
         }
     };
+    // Resets reach the nexuses (and release the SPC-2 reservation) of an HA pair's other node
+    // too, before the answer, off the event loop: they wait for the peer.
+    let mut share_reset: Option<Arc<scsi::LogicalUnit>> = None;
+    let mut share_target_reset: Option<(Arc<scsi::LunMap>, bool)> = None;
     let response = match function {
         tmf::ABORT_TASK => {
             let rtt = req.referenced_task_tag;
@@ -103,6 +107,7 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
             // asked included (libiscsi's MultipathIO.Reset checks every path).
             if let Some(lu) = luns.get(lun) {
                 lu.lun_reset(None);
+                share_reset = Some(lu.clone());
             }
             tmf_response::COMPLETE
         }
@@ -111,6 +116,7 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
                 collect(&s, &|_, _| true);
             }
             luns.target_reset(function == tmf::TARGET_COLD_RESET);
+            share_target_reset = Some((luns.clone(), function == tmf::TARGET_COLD_RESET));
             tmf_response::COMPLETE
         }
         tmf::CLEAR_ACA => tmf_response::NOT_SUPPORTED,
@@ -124,6 +130,12 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
         for (s, set) in waits {
             s.wait_until(|tasks| !tasks.keys().any(|k| set.contains(k)))
                 .await;
+        }
+        if let Some(lu) = share_reset {
+            let _ = tokio::task::spawn_blocking(move || lu.share_lun_reset()).await;
+        }
+        if let Some((luns, cold)) = share_target_reset {
+            let _ = tokio::task::spawn_blocking(move || luns.share_target_reset(cold)).await;
         }
         respond(response);
         if cold {

@@ -44,6 +44,15 @@ pub enum AbortScope {
     All,
 }
 
+/// How a change of the shared SCSI state ([`crate::wire::Shared`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedOutcome {
+    /// Installed on both nodes (or on this one alone, holding the epoch): the version now.
+    Stored(u64),
+    /// Not installed: the state moved on first (a change from the peer); load and redo it.
+    Conflict,
+}
+
 /// Something the core observed, for logs and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -104,6 +113,17 @@ pub enum Action {
     MarkInSync { epoch: u64 },
     /// Set this node's target port groups' ALUA state.
     SetAlua(Alua),
+    /// The local copy of the shared SCSI state changed (a change of either node, or the sync
+    /// source's snapshot): persist it and hand it to the SCSI layer. Carried out before the
+    /// acknowledgement that follows it is sent.
+    SharedInstalled { version: u64, payload: Bytes },
+    /// The peer's unit attentions for this node's I_T nexuses.
+    SharedNotice { payload: Bytes },
+    /// Complete a `submit_shared` or `submit_notice` call.
+    SharedDone {
+        id: u64,
+        result: Result<SharedOutcome, HostError>,
+    },
     /// Resync progress: regions still to copy (sync source only).
     ResyncProgress { remaining: u64 },
     /// For logs and counters.

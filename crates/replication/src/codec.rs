@@ -53,6 +53,8 @@ fn type_code(body: &Body) -> u8 {
         Body::ResyncData(_) => 10,
         Body::ResyncAck(_) => 11,
         Body::ResyncDone(_) => 12,
+        Body::Shared(_) => 13,
+        Body::SharedAck(_) => 14,
     }
 }
 
@@ -125,6 +127,20 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.put_u32_le(r.blocks);
         }
         Body::ResyncDone(d) => put_gens(out, &d.gens),
+        Body::Shared(s) => {
+            out.put_u64_le(s.id);
+            out.put_u8(match s.kind {
+                SharedKind::Change => 0,
+                SharedKind::Snapshot => 1,
+                SharedKind::Notice => 2,
+            });
+            out.put_u64_le(s.base);
+            put_data(out, &s.payload);
+        }
+        Body::SharedAck(a) => {
+            out.put_u64_le(a.id);
+            out.put_u8(u8::from(a.accepted));
+        }
     }
     let len = (out.len() - start - 4 + 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -298,6 +314,21 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
             blocks: r.u32()?,
         }),
         12 => Body::ResyncDone(ResyncDone { gens: r.gens()? }),
+        13 => Body::Shared(Shared {
+            id: r.u64()?,
+            kind: match r.u8()? {
+                0 => SharedKind::Change,
+                1 => SharedKind::Snapshot,
+                2 => SharedKind::Notice,
+                _ => return Err(DecodeError::Invalid("Shared kind")),
+            },
+            base: r.u64()?,
+            payload: r.data()?,
+        }),
+        14 => Body::SharedAck(SharedAck {
+            id: r.u64()?,
+            accepted: r.flag("SharedAck accepted")?,
+        }),
         t => return Err(DecodeError::UnknownType(t)),
     };
     if r.pos != r.end {

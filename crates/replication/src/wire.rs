@@ -151,6 +151,40 @@ pub struct ResyncDone {
     pub gens: Generations,
 }
 
+/// What a [`Shared`] message does to the pair's shared SCSI state (persistent reservations),
+/// which the core carries as opaque bytes with a version both nodes agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedKind {
+    /// Replace the state at version `base` with the payload (version `base + 1`); refused if
+    /// the receiver's version is not `base`, or if it has its own change at `base` in flight
+    /// and orders the pair (it is the leader).
+    Change,
+    /// The sync source's state after a handshake: the receiver takes it as it is, at `base`.
+    Snapshot,
+    /// No state change: unit attentions for the receiver's I_T nexuses (the payload).
+    Notice,
+}
+
+/// A change of the shared SCSI state, a snapshot of it, or a notice (data channel, so it
+/// stays in order with the handshake and the writes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    /// The sender's identifier, echoed in the [`SharedAck`].
+    pub id: u64,
+    pub kind: SharedKind,
+    /// The version the change applies to (`Change`) or the snapshot's version.
+    pub base: u64,
+    pub payload: Bytes,
+}
+
+/// Answers a [`Shared`] `Change` or `Notice` (control channel): `accepted` once the receiver
+/// has installed it (and raised the notice's unit attentions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedAck {
+    pub id: u64,
+    pub accepted: bool,
+}
+
 /// A message body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -166,6 +200,8 @@ pub enum Body {
     ResyncData(ResyncData),
     ResyncAck(ResyncAck),
     ResyncDone(ResyncDone),
+    Shared(Shared),
+    SharedAck(SharedAck),
 }
 
 impl Body {
@@ -176,7 +212,8 @@ impl Body {
             | Body::Heartbeat(_)
             | Body::HeartbeatAck(_)
             | Body::FlushAck(_)
-            | Body::ResyncAck(_) => Channel::Control,
+            | Body::ResyncAck(_)
+            | Body::SharedAck(_) => Channel::Control,
             _ => Channel::Data,
         }
     }
@@ -196,6 +233,8 @@ impl Body {
             Body::ResyncData(_) => "ResyncData",
             Body::ResyncAck(_) => "ResyncAck",
             Body::ResyncDone(_) => "ResyncDone",
+            Body::Shared(_) => "Shared",
+            Body::SharedAck(_) => "SharedAck",
         }
     }
 }
@@ -216,6 +255,13 @@ impl Message {
                 w.wseq, w.seen, w.lba, w.blocks, w.fua
             ),
             Body::ResyncData(d) => format!("ResyncData {}+{}", d.lba, d.blocks),
+            Body::Shared(s) => format!(
+                "Shared id {} {:?} base {} ({} bytes)",
+                s.id,
+                s.kind,
+                s.base,
+                s.payload.len()
+            ),
             Body::Bitmap(b) => format!(
                 "Bitmap from word {} ({} words)",
                 b.first_word,

@@ -28,7 +28,7 @@ pub use alua::{AluaState, PortGroup, TargetPortGroups};
 pub use cdb::{decode_cdb, BlockRange, Command};
 pub use lun::{LogicalUnit, LunConfig};
 pub use lunmap::LunMap;
-pub use pr_store::{PrChangeFn, PrStore, StoreResult};
+pub use pr_store::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 pub use sense::{status, Sense};
 
 use std::sync::Arc;

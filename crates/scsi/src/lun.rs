@@ -64,7 +64,7 @@ pub struct LogicalUnit {
     blocks: AtomicU64,
     pub(crate) tpgs: Arc<TargetPortGroups>,
     pub(crate) wce: AtomicBool,
-    pub(crate) ua: UnitAttentions,
+    pub(crate) ua: Arc<UnitAttentions>,
     alua_seen: AtomicU64,
     pub(crate) pr: Arc<PrLock>,
     /// Serialises this gateway's PERSISTENT RESERVE OUT commands against a shared store.
@@ -100,7 +100,7 @@ impl LogicalUnit {
             blocks: AtomicU64::new(blocks),
             alua_seen: AtomicU64::new(tpgs.generation()),
             tpgs,
-            ua: UnitAttentions::default(),
+            ua: Arc::new(UnitAttentions::default()),
             pr: Arc::new(PrLock::new(pr)),
             pr_out_lock: Mutex::new(()),
             caw: CawLocks::default(),
@@ -176,9 +176,32 @@ impl LogicalUnit {
     pub fn nexus_removed(&self, n: &Nexus) {
         self.ua.remove(n.id);
         self.prevent.lock().remove(&n.id);
+        if self.shares_legacy() {
+            // Released through the store, off the event loop: `release_shared_reservation`.
+            return;
+        }
         let mut pr = self.pr.write();
-        if pr.legacy_holder == Some(n.id) {
+        if pr.is_legacy_holder(n) {
             pr.legacy_holder = None;
+        }
+    }
+
+    /// Whether `n` holds an SPC-2 reservation shared with the other node of a pair, which
+    /// [`Self::release_shared_reservation`] must release when the nexus is lost.
+    pub fn holds_shared_reservation(&self, n: &Nexus) -> bool {
+        self.shares_legacy() && self.pr.read().is_legacy_holder(n)
+    }
+
+    /// I_T nexus loss with a shared SPC-2 reservation: released on both nodes. Blocks until
+    /// the other node has it: call off the event loop, after [`Self::nexus_removed`].
+    pub fn release_shared_reservation(&self, n: &Nexus) {
+        if self.holds_shared_reservation(n) {
+            self.change_legacy(|st| {
+                if st.is_legacy_holder(n) {
+                    st.legacy_holder = None;
+                }
+                Ok(())
+            });
         }
     }
 
@@ -188,14 +211,20 @@ impl LogicalUnit {
     pub fn lun_reset(&self, by: Option<&Nexus>) {
         let _ = by;
         self.prevent.lock().clear();
-        self.pr.write().legacy_holder = None;
+        // A shared SPC-2 reservation is released through the store (`share_lun_reset`).
+        if !self.shares_legacy() {
+            self.pr.write().legacy_holder = None;
+        }
         self.ua.raise_all(0x29, 0x03, None);
     }
 
     /// TARGET (WARM/COLD) RESET: 29/02 (warm) or 29/01 (cold) on all nexuses.
     pub fn target_reset(&self, cold: bool) {
         self.prevent.lock().clear();
-        self.pr.write().legacy_holder = None;
+        // A shared SPC-2 reservation is released through the store (`share_target_reset`).
+        if !self.shares_legacy() {
+            self.pr.write().legacy_holder = None;
+        }
         self.ua
             .raise_all(0x29, if cold { 0x01 } else { 0x02 }, None);
     }
@@ -474,14 +503,48 @@ impl LogicalUnit {
     }
 
     fn reserve_legacy(&self, n: &Nexus) -> Result<(), Sense> {
+        let who = crate::ua::NexusIdentity::of(n);
+        let holder = crate::pr::Registration {
+            key: 0,
+            name: who.name.to_string(),
+            isid: Some(who.isid),
+            rel_port: who.rel_port,
+            all_tg_pt: false,
+        };
+        if self.shares_legacy() {
+            // Checked again against the shared state: the other node may have reserved first.
+            let got = self.change_legacy(|st| {
+                if st.legacy_holder.as_ref().is_some_and(|h| !h.matches(&who)) {
+                    return Err(Sense::new(0xFF, 0, 0));
+                }
+                st.legacy_holder = Some(holder.clone());
+                Ok(())
+            });
+            return match got {
+                Some(Err(s)) => Err(s),
+                Some(Ok(())) => Ok(()),
+                None => Err(Sense::internal_failure()),
+            };
+        }
         // Conflicting holders were turned away by the reservation check before dispatch.
-        self.pr.write().legacy_holder = Some(n.id);
+        self.pr.write().legacy_holder = Some(holder);
         Ok(())
     }
 
     fn release_legacy(&self, n: &Nexus) {
+        if self.shares_legacy() {
+            if self.pr.read().is_legacy_holder(n) {
+                self.change_legacy(|st| {
+                    if st.is_legacy_holder(n) {
+                        st.legacy_holder = None;
+                    }
+                    Ok(())
+                });
+            }
+            return;
+        }
         let mut pr = self.pr.write();
-        if pr.legacy_holder == Some(n.id) {
+        if pr.is_legacy_holder(n) {
             pr.legacy_holder = None;
         }
     }

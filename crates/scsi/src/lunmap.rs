@@ -202,6 +202,21 @@ impl LunMap {
         }
     }
 
+    /// Whether `n` holds an SPC-2 reservation shared with another node on any LU.
+    pub fn holds_shared_reservation(&self, n: &Nexus) -> bool {
+        self.luns
+            .iter()
+            .any(|(_, lu)| lu.holds_shared_reservation(n))
+    }
+
+    /// Releases `n`'s shared SPC-2 reservations (blocking; see
+    /// [`LogicalUnit::release_shared_reservation`]).
+    pub fn release_shared_reservations(&self, n: &Nexus) {
+        for (_, lu) in &self.luns {
+            lu.release_shared_reservation(n);
+        }
+    }
+
     /// LOGICAL UNIT RESET task management function.
     pub fn lun_reset(&self, lun: u64, by: &Nexus) -> bool {
         self.get(lun).map(|lu| lu.lun_reset(Some(by))).is_some()
@@ -211,6 +226,14 @@ impl LunMap {
     pub fn target_reset(&self, cold: bool) {
         for (_, lu) in &self.luns {
             lu.target_reset(cold);
+        }
+    }
+
+    /// A target reset's effects on the other node of a pair (blocking; see
+    /// [`LogicalUnit::share_target_reset`]).
+    pub fn share_target_reset(&self, cold: bool) {
+        for (_, lu) in &self.luns {
+            lu.share_target_reset(cold);
         }
     }
 

@@ -68,8 +68,9 @@ pub(crate) struct PrState {
     pub regs: Vec<Registration>,
     pub reservation: Option<Reservation>,
     pub aptpl: bool,
-    /// SPC-2 RESERVE holder (nexus id); not persistent.
-    pub legacy_holder: Option<u64>,
+    /// SPC-2 RESERVE holder (its I_T nexus as a registration with key 0); not persistent. With
+    /// a store that shares it (an HA pair) it is part of the shared state.
+    pub legacy_holder: Option<Registration>,
     /// With a shared store: the store's version this state was read from or written as
     /// (0 before the first load).
     pub store_version: u64,
@@ -123,8 +124,8 @@ impl PrState {
     /// SPC-4 5.9.1 and SPC-2 7.21: does `cmd` from `n` conflict with the reservation state?
     pub fn conflicts(&self, n: &Nexus, cmd: &Command) -> bool {
         let legacy_cmd = matches!(cmd, Command::Reserve | Command::Release);
-        if let Some(h) = self.legacy_holder {
-            if h != n.id {
+        if let Some(h) = &self.legacy_holder {
+            if !h.matches(&NexusIdentity::of(n)) {
                 let allowed = matches!(
                     cmd,
                     Command::Inquiry { .. }
@@ -166,19 +167,7 @@ impl PrState {
     /// Serialises the persistent part (registrations, reservation) as text lines.
     pub fn to_text(&self) -> String {
         let mut s = format!("lanes-pr 1\ngeneration {}\n", self.generation);
-        let reg_line = |r: &Registration| {
-            let isid = r.isid.map_or("-".to_string(), |i| {
-                i.iter().map(|b| format!("{b:02x}")).collect()
-            });
-            format!(
-                "{:016x} {} {} {} {}",
-                r.key,
-                isid,
-                r.rel_port,
-                u8::from(r.all_tg_pt),
-                r.name
-            )
-        };
+        let reg_line = Self::reg_line;
         for r in &self.regs {
             s.push_str(&format!("reg {}\n", reg_line(r)));
         }
@@ -188,13 +177,44 @@ impl PrState {
         s
     }
 
+    /// One registration as a line of the state text (after `reg ` or `res KIND `).
+    pub fn reg_line(r: &Registration) -> String {
+        let isid = r.isid.map_or("-".to_string(), |i| {
+            i.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        format!(
+            "{:016x} {} {} {} {}",
+            r.key,
+            isid,
+            r.rel_port,
+            u8::from(r.all_tg_pt),
+            r.name
+        )
+    }
+
     /// [`Self::to_text`] plus the APTPL bit, for a shared store (where the state is kept
     /// whatever APTPL says, and the bit is only reported).
     pub fn to_shared_text(&self) -> String {
         format!("{}aptpl {}\n", self.to_text(), u8::from(self.aptpl))
     }
 
-    fn parse_reg(words: &[&str]) -> Option<Registration> {
+    /// [`Self::to_shared_text`] plus the SPC-2 RESERVE holder, for a store that shares it.
+    pub fn to_shared_text_with_legacy(&self) -> String {
+        let mut s = self.to_shared_text();
+        if let Some(h) = &self.legacy_holder {
+            s.push_str(&format!("legacy {}\n", Self::reg_line(h)));
+        }
+        s
+    }
+
+    /// Whether `n` holds the SPC-2 reservation.
+    pub fn is_legacy_holder(&self, n: &Nexus) -> bool {
+        self.legacy_holder
+            .as_ref()
+            .is_some_and(|h| h.matches(&NexusIdentity::of(n)))
+    }
+
+    pub(crate) fn parse_reg(words: &[&str]) -> Option<Registration> {
         let [key, isid, rel, all, name] = words else {
             return None;
         };
@@ -238,6 +258,7 @@ impl PrState {
                     })
                 }
                 ["aptpl", a] => st.aptpl = *a == "1",
+                ["legacy", rest @ ..] => st.legacy_holder = Some(Self::parse_reg(rest)?),
                 [""] => {}
                 _ => return None,
             }
@@ -384,6 +405,8 @@ impl LogicalUnit {
 pub(crate) struct PrLock {
     state: parking_lot::RwLock<PrState>,
     in_use: std::sync::atomic::AtomicBool,
+    /// The shared store carries the SPC-2 RESERVE holder too (an HA pair): installs take it.
+    pub shares_legacy: std::sync::atomic::AtomicBool,
 }
 
 /// Write access; the `in_use` flag is recomputed when it drops.
@@ -444,7 +467,14 @@ impl PrLock {
         if version <= g.store_version {
             return false;
         }
-        let legacy = g.legacy_holder;
+        let legacy = if self
+            .shares_legacy
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            new.legacy_holder.clone()
+        } else {
+            g.legacy_holder.take()
+        };
         *g = PrState {
             legacy_holder: legacy,
             store_version: version,

@@ -165,11 +165,24 @@ impl LogicalUnit {
     }
 
     /// Raises the unit attentions a committed PERSISTENT RESERVE OUT calls for.
+    /// With a store that reaches the other targets' nexuses (an HA pair), they get them too,
+    /// before this returns.
     pub(crate) fn raise_pr_uas(&self, uas: Vec<UaIntent>) {
+        let mut shared = Vec::new();
         for u in uas {
             self.ua.raise_where(u.asc, u.ascq, |id, who| {
                 id != u.except && u.regs.iter().any(|x| x.matches(who))
             });
+            if !u.regs.is_empty() && self.cfg.pr_store.is_some() {
+                shared.push(crate::pr_store::attention_text(
+                    u.asc,
+                    u.ascq,
+                    Some(&u.regs),
+                ));
+            }
+        }
+        for text in shared {
+            self.share_attention(&text);
         }
     }
 

@@ -22,6 +22,10 @@ pub enum StoreResult {
 /// Called with the state text and version another gateway announced.
 pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) + Send + Sync>;
 
+/// Called with unit attentions another target raised for this target's nexuses (text as
+/// [`LogicalUnit::raise_shared_attention`] reads it).
+pub type NoticeFn = Box<dyn Fn(&str) + Send + Sync>;
+
 /// Reservation state shared by every gateway of a logical unit.
 pub trait PrStore: Send + Sync {
     /// The current state text (`None`: nothing stored yet) and its version.
@@ -34,6 +38,20 @@ pub trait PrStore: Send + Sync {
     /// Registers what to call when a change is announced (once, when the logical unit is
     /// created); each gateway's call must have taken the state before it acknowledges.
     fn subscribe(&self, on_change: PrChangeFn);
+    /// Raises unit attentions on the nexuses of the other targets of this logical unit and
+    /// returns once they have them. Stores that cannot reach the other targets' nexuses do
+    /// nothing (the default).
+    fn notify(&self, _attention: &str) -> io::Result<()> {
+        Ok(())
+    }
+    /// Registers what to call with another target's unit attentions (once, when the logical
+    /// unit is created). The default never calls it.
+    fn subscribe_notices(&self, _on_notice: NoticeFn) {}
+    /// Whether the SPC-2 RESERVE holder is part of the shared state (an HA pair, whose
+    /// nexuses are named alike on both nodes). Default: each target keeps its own.
+    fn shares_legacy(&self) -> bool {
+        false
+    }
 }
 
 /// How often a PERSISTENT RESERVE OUT reloads and redoes its change after losing a race with
@@ -54,14 +72,106 @@ impl LogicalUnit {
         let Some(store) = &self.cfg.pr_store else {
             return Ok(());
         };
+        if store.shares_legacy() {
+            self.pr
+                .shares_legacy
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let weak = std::sync::Arc::downgrade(&self.pr);
         store.subscribe(Box::new(move |text, version| {
             if let Some(pr) = weak.upgrade() {
                 pr.install(text, version);
             }
         }));
+        let ua = std::sync::Arc::downgrade(&self.ua);
+        store.subscribe_notices(Box::new(move |text| {
+            if let Some(ua) = ua.upgrade() {
+                raise_attention_text(&ua, text);
+            }
+        }));
         self.refresh_pr()
             .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))
+    }
+
+    /// Whether the SPC-2 RESERVE holder is shared through the store.
+    pub(crate) fn shares_legacy(&self) -> bool {
+        self.pr
+            .shares_legacy
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes the shared SPC-2 RESERVE holder: load, `change`, compare-and-set (redone when
+    /// the other node changed the state first). `None` if the store failed.
+    pub(crate) fn change_legacy(
+        &self,
+        mut change: impl FnMut(&mut PrState) -> Result<(), Sense>,
+    ) -> Option<Result<(), Sense>> {
+        let store = self.cfg.pr_store.as_ref()?;
+        let _one = self.pr_out_lock.lock();
+        for _ in 0..STORE_ATTEMPTS {
+            let (text, version) = match store.load() {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("SPC-2 reservation: load: {e}");
+                    return None;
+                }
+            };
+            let base = parse(text.as_deref())?;
+            let mut work = base.clone();
+            if let Err(s) = change(&mut work) {
+                self.pr.install_state(base, version);
+                return Some(Err(s));
+            }
+            let new_text = work.to_shared_text_with_legacy();
+            if text.is_some() && new_text == base.to_shared_text_with_legacy() {
+                self.pr.install_state(base, version);
+                return Some(Ok(()));
+            }
+            match store.store_if(version, &new_text) {
+                Ok(StoreResult::Conflict) => continue,
+                Ok(StoreResult::Stored(v)) => {
+                    self.pr.install_state(work, v);
+                    return Some(Ok(()));
+                }
+                Err(e) => {
+                    tracing::warn!("SPC-2 reservation: store: {e}");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Sends unit attentions to the other targets of this logical unit (a no-op without a
+    /// store that reaches them), logging a failure: the local change stands either way.
+    pub(crate) fn share_attention(&self, text: &str) {
+        if let Some(store) = &self.cfg.pr_store {
+            if let Err(e) = store.notify(text) {
+                tracing::warn!("unit attention not delivered to the other node: {e}");
+            }
+        }
+    }
+
+    /// LOGICAL UNIT RESET: its unit attention (29/03) for the nexuses of the other targets of
+    /// this logical unit too. Blocks until they have it: call off the event loop, after
+    /// [`LogicalUnit::lun_reset`].
+    pub fn share_lun_reset(&self) {
+        self.share_reset(0x03);
+    }
+
+    /// TARGET WARM (or COLD) RESET: as [`LogicalUnit::share_lun_reset`], with 29/02 (29/01).
+    pub fn share_target_reset(&self, cold: bool) {
+        self.share_reset(if cold { 0x01 } else { 0x02 });
+    }
+
+    fn share_reset(&self, ascq: u8) {
+        if self.shares_legacy() && self.pr.read().legacy_holder.is_some() {
+            self.change_legacy(|st| {
+                st.legacy_holder = None;
+                Ok(())
+            });
+        }
+        self.share_attention(&attention_text(0x29, ascq, None));
     }
 
     /// Reads the store's latest state into the logical unit.
@@ -101,14 +211,26 @@ impl LogicalUnit {
                 )
             })?;
             self.pr.install_state(base.clone(), version);
-            let mut work = PrState {
-                legacy_holder: self.pr.read().legacy_holder,
-                ..base.clone()
+            let shares_legacy = self.shares_legacy();
+            let mut work = if shares_legacy {
+                base.clone()
+            } else {
+                PrState {
+                    legacy_holder: self.pr.read().legacy_holder.clone(),
+                    ..base.clone()
+                }
             };
             let mut uas: Vec<UaIntent> = Vec::new();
             self.pr_apply(&mut work, req, p, &mut uas)?;
-            let new_text = work.to_shared_text();
-            if text.is_some() && new_text == base.to_shared_text() {
+            let text_of = |st: &PrState| {
+                if shares_legacy {
+                    st.to_shared_text_with_legacy()
+                } else {
+                    st.to_shared_text()
+                }
+            };
+            let new_text = text_of(&work);
+            if text.is_some() && new_text == text_of(&base) {
                 return Ok(());
             }
             match store
@@ -131,5 +253,58 @@ impl LogicalUnit {
         }
         tracing::warn!("persistent reservation: {STORE_ATTEMPTS} attempts lost to other gateways");
         Err(PrError::Sense(Sense::internal_failure()))
+    }
+}
+
+/// Unit attentions as text for the other targets: `ua ASC ASCQ` (hex), then `all`, or the
+/// registrations (as in the state text) whose nexuses get it.
+pub(crate) fn attention_text(
+    asc: u8,
+    ascq: u8,
+    regs: Option<&[crate::pr::Registration]>,
+) -> String {
+    let mut s = format!("ua {asc:02x} {ascq:02x}\n");
+    match regs {
+        None => s.push_str("all\n"),
+        Some(regs) => {
+            for r in regs {
+                s.push_str(&format!("reg {}\n", PrState::reg_line(r)));
+            }
+        }
+    }
+    s
+}
+
+/// Raises the unit attentions of [`attention_text`] on the matching nexuses; malformed text
+/// raises nothing.
+pub(crate) fn raise_attention_text(ua: &crate::ua::UnitAttentions, text: &str) {
+    let mut lines = text.lines();
+    let Some(head) = lines.next() else { return };
+    let words: Vec<&str> = head.split(' ').collect();
+    let ["ua", asc, ascq] = words.as_slice() else {
+        tracing::warn!("unparsable unit attention from the other node");
+        return;
+    };
+    let (Ok(asc), Ok(ascq)) = (u8::from_str_radix(asc, 16), u8::from_str_radix(ascq, 16)) else {
+        tracing::warn!("unparsable unit attention from the other node");
+        return;
+    };
+    let mut all = false;
+    let mut regs = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            ["all"] => all = true,
+            ["reg", rest @ ..] => match PrState::parse_reg(rest) {
+                Some(r) => regs.push(r),
+                None => return,
+            },
+            _ => return,
+        }
+    }
+    if all {
+        ua.raise_all(asc, ascq, None);
+    } else {
+        ua.raise_where(asc, ascq, |_, who| regs.iter().any(|r| r.matches(who)));
     }
 }

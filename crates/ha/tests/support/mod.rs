@@ -69,6 +69,7 @@ impl Pair {
             meta_path: self.dir.join(format!("meta{node}")),
             replacement: false,
             core: replication::Config::new(node, 0, BLOCKS),
+            shared: Default::default(),
         }
     }
 

@@ -81,6 +81,16 @@ fn body() -> impl Strategy<Value = Body> {
         (any::<u64>(), any::<u32>())
             .prop_map(|(lba, blocks)| Body::ResyncAck(ResyncAck { lba, blocks })),
         gens().prop_map(|gens| Body::ResyncDone(ResyncDone { gens })),
+        (any::<u64>(), 0u8..3, any::<u64>(), data()).prop_map(|(id, k, base, payload)| {
+            Body::Shared(Shared {
+                id,
+                kind: [SharedKind::Change, SharedKind::Snapshot, SharedKind::Notice][k as usize],
+                base,
+                payload,
+            })
+        }),
+        (any::<u64>(), any::<bool>())
+            .prop_map(|(id, accepted)| Body::SharedAck(SharedAck { id, accepted })),
     ]
 }
 
@@ -159,4 +169,63 @@ fn errors_are_specific() {
     let crc = crc32c::crc32c(&unk[..n - 4]);
     unk[n - 4..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(decode(&Bytes::from(unk)), Err(DecodeError::UnknownType(99)));
+}
+
+/// Re-frames `wire` after `edit` changed its body (a valid checksum over invalid content).
+fn reframe(mut wire: Vec<u8>, edit: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let n = wire.len();
+    wire.truncate(n - 4);
+    edit(&mut wire);
+    let len = (wire.len() - 4 + 4) as u32;
+    wire[..4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&wire);
+    wire.extend_from_slice(&crc.to_le_bytes());
+    Bytes::from(wire)
+}
+
+#[test]
+fn shared_messages_refuse_bad_fields() {
+    let header = Header {
+        epoch: 3,
+        node: 1,
+        seq: 7,
+    };
+    let shared = Message {
+        header,
+        body: Body::Shared(Shared {
+            id: 5,
+            kind: SharedKind::Change,
+            base: 41,
+            payload: Bytes::from_static(b"lanes-pr 1\ngeneration 2\n"),
+        }),
+    };
+    let wire = encode_to_vec(&shared);
+    let (got, used) = decode(&Bytes::from(wire.clone())).unwrap().unwrap();
+    assert_eq!((got, used), (shared, wire.len()));
+    // The kind byte sits after the 22-byte head and the 8-byte id.
+    let bad_kind = reframe(wire.clone(), |w| w[22 + 8] = 3);
+    assert_eq!(decode(&bad_kind), Err(DecodeError::Invalid("Shared kind")));
+    // A payload length beyond the frame.
+    let long = reframe(wire.clone(), |w| {
+        let at = 22 + 8 + 1 + 8;
+        w[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+    });
+    assert_eq!(decode(&long), Err(DecodeError::Truncated));
+    // A trailing byte after the payload.
+    let trailing = reframe(wire, |w| w.push(0));
+    assert_eq!(decode(&trailing), Err(DecodeError::Trailing(1)));
+    let ack = Message {
+        header,
+        body: Body::SharedAck(SharedAck {
+            id: 5,
+            accepted: true,
+        }),
+    };
+    let wire = encode_to_vec(&ack);
+    assert_eq!(decode(&Bytes::from(wire.clone())).unwrap().unwrap().0, ack);
+    let bad_flag = reframe(wire, |w| w[22 + 8] = 2);
+    assert_eq!(
+        decode(&bad_flag),
+        Err(DecodeError::Invalid("SharedAck accepted"))
+    );
 }

@@ -162,6 +162,8 @@ impl Replica {
             Body::ResyncData(d) => self.on_resync_data(now, d),
             Body::ResyncAck(a) => self.on_resync_ack(now, a),
             Body::ResyncDone(d) => self.on_resync_done(now, d),
+            Body::Shared(m) => self.on_shared(now, m),
+            Body::SharedAck(a) => self.on_shared_ack(now, a),
         }
     }
 
@@ -318,6 +320,7 @@ impl Replica {
             }
         }
         self.flushes_peer_lost(side, target);
+        self.shared_peer_lost(side, target);
         self.set_state(next);
     }
 
@@ -407,6 +410,9 @@ impl Replica {
             }
         }
         self.flushes_release_held(side);
+        if side == PeerSide::Local {
+            self.shared_release_held();
+        }
     }
 
     /// Held writes and flushes fail: this node is fenced.
@@ -420,5 +426,6 @@ impl Replica {
             }
         }
         self.flushes_fail_held();
+        self.shared_fail_held();
     }
 }

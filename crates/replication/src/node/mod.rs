@@ -29,6 +29,7 @@ mod flush;
 mod link;
 mod ops;
 mod resync;
+mod shared;
 mod write;
 
 use std::collections::VecDeque;
@@ -165,6 +166,8 @@ pub struct Replica {
     fsyncs: Vec<flush::FsyncOp>,
     next_fsync: Token,
     aborts: Vec<(u64, crate::action::AbortScope)>,
+    /// Shared SCSI state (persistent reservations) and its changes in flight.
+    shared: shared::SharedState,
     stats: Stats,
 }
 
@@ -218,6 +221,7 @@ impl Replica {
             fsyncs: Vec::with_capacity(8),
             next_fsync: 1,
             aborts: Vec::new(),
+            shared: Default::default(),
             stats: Stats::default(),
             cfg,
         };

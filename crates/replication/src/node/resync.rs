@@ -211,6 +211,10 @@ impl Replica {
             finishing: false,
         };
         self.set_state(State::ResyncSource { holds_epoch, sync });
+        // Changes held while the peer was away are this node's to make; then the peer takes
+        // the whole state.
+        self.shared_release_held();
+        self.send_shared_snapshot();
         self.pump(now);
     }
 

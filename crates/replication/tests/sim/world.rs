@@ -700,7 +700,12 @@ impl World {
                 let d = self.rng.gen_range(1..5) * MS;
                 self.at(d, Ev::InSync { n, inc, epoch });
             }
-            Action::SetAlua(_) | Action::ResyncProgress { .. } | Action::Event(_) => {}
+            Action::SetAlua(_)
+            | Action::ResyncProgress { .. }
+            | Action::Event(_)
+            | Action::SharedInstalled { .. }
+            | Action::SharedNotice { .. }
+            | Action::SharedDone { .. } => {}
         }
     }
 
