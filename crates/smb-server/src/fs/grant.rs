@@ -56,6 +56,7 @@ pub fn grant(
                 .position(|h| h.is_lease(&g.client_guid, &lkey));
             let shared = st.entries.iter().any(|e| {
                 e.open != open_id
+                    && e.access & super::open::DATA_ACCESS != 0
                     && !same
                         .and_then(|i| st.holders.get(i))
                         .is_some_and(|h| h.opens.contains(&e.open))
@@ -130,8 +131,16 @@ pub fn grant(
             }
         }
         (level, _) if lease::oplock_state(level) != 0 => {
-            let shared = st.entries.iter().any(|e| e.open != open_id);
-            let state = if others_write(&st.holders, None) {
+            let shared = st
+                .entries
+                .iter()
+                .any(|e| e.open != open_id && e.access & super::open::DATA_ACCESS != 0);
+            // Beside a lease with write or handle caching an oplock gets nothing.
+            let state = if st
+                .holders
+                .iter()
+                .any(|h| h.state & (lease::W | lease::H) != 0)
+            {
                 0
             } else {
                 lease::grant(lease::oplock_state(level), shared)

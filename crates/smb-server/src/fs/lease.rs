@@ -111,14 +111,23 @@ pub fn grant(requested: u32, shared: bool) -> u32 {
 }
 
 /// The state of an existing lease when another open under its key asks for `requested`
-/// (normalized): a request that holds everything the lease has and more upgrades it (as far
-/// as `shared` allows), anything else leaves it as it is (MS-SMB2 3.3.5.9.8).
+/// (normalized): a request that holds everything the lease has and more upgrades it to the
+/// request, anything else leaves it as it is (MS-SMB2 3.3.5.9.8); so does a request for write
+/// caching while other opens share the file (Windows grants such an upgrade wholly or not).
 pub fn upgrade(current: u32, requested: u32, shared: bool) -> u32 {
-    if requested & current == current && requested != current {
-        current | grant(requested, shared)
+    let superset = requested & current == current && requested != current;
+    if superset && grant(requested, shared) == requested {
+        requested
     } else {
         current
     }
+}
+
+/// The state another lease key's or oplock's holder keeps when an open writes to the file or
+/// changes its size: read caching goes (MS-FSA 2.1.5.4: level II oplocks and read leases break
+/// to none); a holder with write caching cannot exist beside the writer.
+pub fn break_on_write(held: u32) -> u32 {
+    held & !(R | W)
 }
 
 /// "RHW"-style text of a state, for logs.
@@ -194,8 +203,11 @@ mod tests {
                 "{held}+{asked}"
             );
         }
-        // Another open on the file keeps write caching out of an upgrade.
-        assert_eq!(upgrade(st("R"), st("RHW"), true), st("RH"));
+        // Another open on the file keeps an upgrade asking for write caching out entirely.
+        assert_eq!(upgrade(st("R"), st("RHW"), true), st("R"));
+        assert_eq!(upgrade(st("R"), st("RH"), true), st("RH"));
+        assert_eq!(break_on_write(st("RH")), st("H"));
+        assert_eq!(break_on_write(st("R")), 0);
     }
 
     #[test]

@@ -240,6 +240,35 @@ pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
     step
 }
 
+/// An open wrote to the file or changed its size: other lease keys and oplocks lose read
+/// caching (MS-FSA 2.1.5.4). The breaks are sent and not waited for.
+pub fn break_readers(server: &Server, key: FileKey, writer: u64) {
+    let now = Instant::now();
+    let mut sends = Vec::new();
+    {
+        let mut files = server.files.lock();
+        let Some(st) = files.get_mut(&key) else {
+            return;
+        };
+        for h in st.holders.iter_mut() {
+            if h.opens.contains(&writer) || h.breaking.is_some() || h.state & lease::R == 0 {
+                continue;
+            }
+            let target = lease::break_on_write(h.state);
+            let ack = match h.owner {
+                Owner::Lease { .. } => lease::lease_break_needs_ack(h.state),
+                Owner::Oplock { .. } => lease::oplock_break_needs_ack(h.state),
+            };
+            sends.push(h.begin_break(target, ack, now));
+        }
+        st.holders
+            .retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
+    }
+    for s in sends {
+        deliver(server, s);
+    }
+}
+
 fn violates(entries: &[ShareEntry], opens: &[u64], req: &Requester) -> bool {
     entries
         .iter()

@@ -292,7 +292,7 @@ fn grants_follow_the_other_opens() {
     };
     assert_eq!(grant(&mut st, FILE, 3, &oplock, &mut index).oplock_level, 0);
     // Once that lease is broken to RH, a second key gets RH (no write caching beside other
-    // opens) and a batch oplock request level II.
+    // opens); a batch oplock request beside handle caching gets nothing.
     if let Some(h) = st.holders.first_mut() {
         h.state = R | H;
     }
@@ -313,7 +313,7 @@ fn grants_follow_the_other_opens() {
             &mut index
         )
         .oplock_level,
-        OPLOCK_LEVEL_II
+        0
     );
     // A break in progress is reported to a new open under the same key.
     if let Some(h) = st.holders.first_mut() {
@@ -334,4 +334,20 @@ fn grants_follow_the_other_opens() {
     assert!(index.contains_key(&(GUID, key(1))));
     drop_open(&mut st, 4, &mut index);
     assert!(!index.contains_key(&(GUID, key(1))));
+}
+
+#[test]
+fn a_write_breaks_the_read_caching_of_other_keys_only() {
+    let s = server();
+    let (tx, mut rx) = unbounded_channel();
+    with_holder(&s, SHARE_ALL, holder(lease_owner(1, false), R, 1, &tx));
+    if let Some(st) = s.files.lock().get_mut(&FILE) {
+        st.holders.push(holder(lease_owner(2, false), R, 2, &tx));
+    }
+    break_readers(&s, FILE, 1);
+    assert!(matches!(
+        next_break(&mut rx),
+        OplockBreak::LeaseNotification { lease_key, flags: 0, new_lease_state: 0, .. } if lease_key == key(2)
+    ));
+    assert!(rx.try_recv().is_err());
 }

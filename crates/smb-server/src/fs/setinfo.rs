@@ -104,6 +104,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             if !open.can_write() {
                 return Err(NtStatus::ACCESS_DENIED);
             }
+            crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
             open.file.set_len(size).map_err(|e| io_status(&e))?;
         }
         10 => rename(ctx, open, b)?,
