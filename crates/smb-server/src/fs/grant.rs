@@ -61,15 +61,34 @@ pub fn grant(
                         .and_then(|i| st.holders.get(i))
                         .is_some_and(|h| h.opens.contains(&e.open))
             });
-            let wanted = lease::normalize(match asked {
+            // Other leases with caching count as sharing the file, even through stat opens.
+            let shared = shared
+                || st
+                    .holders
+                    .iter()
+                    .enumerate()
+                    .any(|(i, h)| Some(i) != same && h.state != 0);
+            let mut wanted = lease::normalize(match asked {
                 Lease::V1 { state, .. } | Lease::V2 { state, .. } => state,
             });
+            // Beside an oplock a lease gets read caching at most (as Windows does).
+            if st
+                .holders
+                .iter()
+                .any(|h| matches!(h.owner, Owner::Oplock { .. }))
+            {
+                wanted &= lease::R;
+            }
             let blocked = others_write(&st.holders, same);
             let (holder, flags) = match same.and_then(|i| st.holders.get_mut(i)) {
                 Some(h) => {
                     h.opens.push(open_id);
-                    h.tx = g.tx.clone();
-                    h.session_id = g.session_id;
+                    // Breaks keep going to the connection the lease was granted on while it
+                    // lives (MS-SMB2 3.3.4.7); another channel of its session otherwise.
+                    if h.tx.is_closed() {
+                        h.tx = g.tx.clone();
+                        h.session_id = g.session_id;
+                    }
                     if h.breaking.is_some() {
                         (h, LEASE_FLAG_BREAK_IN_PROGRESS)
                     } else {

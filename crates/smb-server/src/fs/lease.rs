@@ -62,16 +62,19 @@ pub struct Contender {
 }
 
 /// The state a holder is broken to before a contending open proceeds (MS-FSA 2.1.5.1.2): W
-/// always goes (another open shares the file), H on a sharing violation, everything on an
-/// overwrite; attribute-only opens break nothing.
+/// goes when the open will share the file, H (alone) when its share mode conflicts with the
+/// holder's opens, everything on an overwrite; attribute-only opens break nothing.
 pub fn break_to(held: u32, c: Contender) -> u32 {
     if c.stat_open && !c.overwrite {
         return held;
     }
-    let mut s = held & !W;
-    if c.sharing_violation {
-        s &= !H;
-    }
+    // On a sharing violation only handle caching matters: the holder may close its handles
+    // so the open succeeds; without one the open fails and write caching can stay.
+    let mut s = if c.sharing_violation {
+        held & !H
+    } else {
+        held & !W
+    };
     if c.overwrite {
         s = 0;
     }
@@ -124,10 +127,10 @@ pub fn upgrade(current: u32, requested: u32, shared: bool) -> u32 {
 }
 
 /// The state another lease key's or oplock's holder keeps when an open writes to the file or
-/// changes its size: read caching goes (MS-FSA 2.1.5.4: level II oplocks and read leases break
-/// to none); a holder with write caching cannot exist beside the writer.
-pub fn break_on_write(held: u32) -> u32 {
-    held & !(R | W)
+/// changes its size: none (MS-FSA 2.1.5.4: level II oplocks and read leases break to none,
+/// handle caching with them, as Windows does).
+pub fn break_on_write(_held: u32) -> u32 {
+    0
 }
 
 /// "RHW"-style text of a state, for logs.
@@ -206,7 +209,7 @@ mod tests {
         // Another open on the file keeps an upgrade asking for write caching out entirely.
         assert_eq!(upgrade(st("R"), st("RHW"), true), st("R"));
         assert_eq!(upgrade(st("R"), st("RH"), true), st("RH"));
-        assert_eq!(break_on_write(st("RH")), st("H"));
+        assert_eq!(break_on_write(st("RH")), 0);
         assert_eq!(break_on_write(st("R")), 0);
     }
 
@@ -252,7 +255,8 @@ mod tests {
             stat_open: true,
             ..PLAIN
         };
-        assert_eq!(break_to(st("RHW"), violation), st("R"));
+        assert_eq!(break_to(st("RHW"), violation), st("RW"));
+        assert_eq!(break_to(st("RW"), violation), st("RW"));
         assert_eq!(break_to(st("RH"), violation), st("R"));
         assert_eq!(break_to(st("RH"), overwrite), 0);
         assert_eq!(break_to(st("R"), overwrite), 0);

@@ -135,7 +135,7 @@ fn lease_break_waits_for_its_acknowledgment() {
 fn sharing_violation_breaks_handle_caching_and_read_only_breaks_need_no_ack() {
     let s = server();
     let (tx, mut rx) = unbounded_channel();
-    // The holder shares nothing: the new open conflicts, so H goes too.
+    // The holder shares nothing: the new open conflicts, so H goes.
     with_holder(&s, 0, holder(lease_owner(1, false), R | H, 1, &tx));
     assert!(matches!(
         start_breaks(&s, FILE, &requester(None, READ, SHARE_ALL)),
