@@ -243,6 +243,18 @@ pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
 /// An open wrote to the file or changed its size: other lease keys and oplocks lose read
 /// caching (MS-FSA 2.1.5.4). The breaks are sent and not waited for.
 pub fn break_readers(server: &Server, key: FileKey, writer: u64) {
+    break_others(server, key, writer, lease::R, lease::break_on_write);
+}
+
+/// An open renames the file or marks it for deletion: other lease keys lose handle caching
+/// (MS-FSA 2.1.5.14.11, 2.1.5.14.3), so their clients close the handles they keep cached.
+/// The breaks are sent and not waited for: the rename or delete goes on at once.
+pub fn break_handles(server: &Server, key: FileKey, actor: u64) {
+    break_others(server, key, actor, lease::H, |s| s & !lease::H);
+}
+
+/// Breaks the holders other than `actor`'s that hold any of `bits` to `to(state)`.
+fn break_others(server: &Server, key: FileKey, actor: u64, bits: u32, to: fn(u32) -> u32) {
     let now = Instant::now();
     let mut sends = Vec::new();
     {
@@ -251,10 +263,10 @@ pub fn break_readers(server: &Server, key: FileKey, writer: u64) {
             return;
         };
         for h in st.holders.iter_mut() {
-            if h.opens.contains(&writer) || h.breaking.is_some() || h.state & lease::R == 0 {
+            if h.opens.contains(&actor) || h.breaking.is_some() || h.state & bits == 0 {
                 continue;
             }
-            let target = lease::break_on_write(h.state);
+            let target = to(h.state);
             let ack = match h.owner {
                 Owner::Lease { .. } => lease::lease_break_needs_ack(h.state),
                 Owner::Oplock { .. } => lease::oplock_break_needs_ack(h.state),

@@ -351,3 +351,33 @@ fn a_write_breaks_the_read_caching_of_other_keys_only() {
     ));
     assert!(rx.try_recv().is_err());
 }
+
+#[test]
+fn a_rename_or_delete_breaks_the_handle_caching_of_other_keys() {
+    let s = server();
+    let (tx, mut rx) = unbounded_channel();
+    with_holder(&s, SHARE_ALL, holder(lease_owner(1, false), R | H, 1, &tx));
+    if let Some(st) = s.files.lock().get_mut(&FILE) {
+        st.holders
+            .push(holder(lease_owner(2, false), R | H, 2, &tx));
+        st.holders.push(holder(lease_owner(3, false), R, 3, &tx));
+    }
+    break_handles(&s, FILE, 1);
+    assert_eq!(
+        next_break(&mut rx),
+        OplockBreak::LeaseNotification {
+            new_epoch: 0,
+            flags: LEASE_BREAK_ACK_REQUIRED,
+            lease_key: key(2),
+            current_lease_state: R | H,
+            new_lease_state: R,
+        }
+    );
+    // Key 3 has no handle caching, key 1 is the actor's: nothing for them.
+    assert!(rx.try_recv().is_err());
+    // A CREATE from another key now waits for key 2's acknowledgment.
+    assert!(matches!(
+        start_breaks(&s, FILE, &requester(Some(4), READ, SHARE_ALL)),
+        Step::Wait { .. }
+    ));
+}
