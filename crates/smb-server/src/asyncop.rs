@@ -1,12 +1,57 @@
-//! Async requests: CANCEL, the final answers of requests that went async, and the encryption
-//! of whole frames.
+//! Async requests: CANCEL, the final answers of requests that went async (CHANGE_NOTIFY, a
+//! CREATE waiting for lease or oplock break acknowledgments), and the encryption of whole
+//! frames.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use smb_proto::crypto::transform::{self, TRANSFORM_HEADER_LEN};
-use smb_proto::msg::{ErrorResponse, Message as _};
-use smb_proto::{Header, HeaderIds, NtStatus};
+use smb_proto::crypto::SigningKey;
+use smb_proto::msg::{ErrorResponse, Message as _, Request};
+use smb_proto::{Header, HeaderIds, NtStatus, HEADER_LEN};
 
-use crate::conn::{set_prefix, AsyncOp, Conn};
-use crate::state::Session;
+use crate::conn::{set_prefix, AsyncOp, Conn, Incoming, Outcome};
+use crate::dispatch::Ctx;
+use crate::fs::oplock::Requester;
+use crate::state::{FileKey, Session, Tree};
+
+/// How the final response of an async request goes out: signed with its channel's key when
+/// the request was signed or the session requires it, or encrypted for the session.
+pub struct Seal {
+    pub key: Option<SigningKey>,
+    pub encrypt: Option<Arc<Session>>,
+}
+
+impl Seal {
+    /// Fills in the async response header of `out` (prefix, header slot, body), then signs or
+    /// encrypts it.
+    pub fn finish(
+        &self,
+        request: &Header,
+        async_id: u64,
+        session_id: u64,
+        status: NtStatus,
+        mut out: Vec<u8>,
+    ) -> Vec<u8> {
+        let mut rh = Header::response_to(request, status, 0);
+        rh.ids = HeaderIds::Async { async_id };
+        rh.flags.0 &= !smb_proto::header::Flags::RELATED_OPERATIONS;
+        rh.session_id = session_id;
+        if let Some(slot) = out.get_mut(4..4 + HEADER_LEN) {
+            slot.copy_from_slice(&rh.to_bytes());
+        }
+        if let Some(session) = &self.encrypt {
+            if let Ok(f) = encrypt_frame(session, out.get(4..).unwrap_or(&[]).to_vec()) {
+                return f;
+            }
+        }
+        if let (Some(key), Some(msg)) = (&self.key, out.get_mut(4..)) {
+            let _ = key.sign(msg);
+        }
+        set_prefix(&mut out);
+        out
+    }
+}
 
 impl Conn {
     /// CANCEL: answers the matching async request with STATUS_CANCELLED.
@@ -30,36 +75,99 @@ impl Conn {
         self.extra.push(out);
     }
 
+    /// How the final answer of a request of `session_id` goes out.
+    pub fn seal_for(&self, request: &Header, session_id: u64, encrypt: bool) -> Seal {
+        let Some(ch) = self.channels.get(&session_id) else {
+            return Seal {
+                key: None,
+                encrypt: None,
+            };
+        };
+        Seal {
+            key: (request.flags.is_signed() || ch.session.signing_required)
+                .then(|| ch.signing.clone()),
+            encrypt: encrypt.then(|| ch.session.clone()),
+        }
+    }
+
     /// The final answer of an async request: ERROR body, or for STATUS_NOTIFY_ENUM_DIR an
     /// empty CHANGE_NOTIFY response; signed as the request asks; encrypted when `seal`.
     pub fn async_frame(&self, op: &AsyncOp, status: NtStatus, seal: bool) -> Vec<u8> {
-        let mut rh = Header::response_to(&op.header, status, 0);
-        rh.ids = HeaderIds::Async {
-            async_id: op.async_id,
-        };
-        rh.flags.0 &= !smb_proto::header::Flags::RELATED_OPERATIONS;
-        rh.session_id = op.session_id;
-        let mut out = vec![0u8; 4];
-        rh.encode(&mut out);
+        let mut out = vec![0u8; 4 + HEADER_LEN];
         if status == crate::fs::status::NOTIFY_ENUM_DIR {
             smb_proto::msg::ChangeNotifyResponse { output: &[] }.encode(&mut out);
         } else {
             ErrorResponse::default().encode(&mut out);
         }
-        if let Some(ch) = self.channels.get(&op.session_id) {
-            if seal {
-                if let Ok(f) = encrypt_frame(&ch.session, out.get(4..).unwrap_or(&[]).to_vec()) {
-                    return f;
-                }
+        self.seal_for(&op.header, op.session_id, seal).finish(
+            &op.header,
+            op.async_id,
+            op.session_id,
+            status,
+            out,
+        )
+    }
+
+    /// A CREATE whose file has lease or oplock breaks waiting for acknowledgments goes async
+    /// (MS-SMB2 3.3.4.2, 3.3.5.9): the interim STATUS_PENDING is answered now and the
+    /// connection keeps serving; a task waits for the breaks (35 s at most each), runs the
+    /// CREATE and sends its final response, signed or encrypted as the request was. A CANCEL
+    /// before that answers STATUS_CANCELLED and the CREATE is not run.
+    pub fn create_async(
+        &mut self,
+        inc: &Incoming<'_>,
+        session: &Arc<Session>,
+        tree: &Arc<Tree>,
+        key: FileKey,
+        requester: Requester,
+    ) -> Outcome {
+        let async_id = self.new_async_id();
+        let done = Arc::new(AtomicBool::new(false));
+        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
+        self.async_ops.push(AsyncOp {
+            async_id,
+            header: inc.header.clone(),
+            session_id: inc.session_id,
+            file_id: None,
+            done: done.clone(),
+            encrypted: inc.encrypted,
+        });
+        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
+        let header = inc.header.clone();
+        let bytes = inc.bytes.to_vec();
+        let session_id = inc.session_id;
+        let (server, session, tree, tx) = (
+            self.server.clone(),
+            session.clone(),
+            tree.clone(),
+            self.tx.clone(),
+        );
+        tokio::spawn(async move {
+            crate::fs::oplock::wait_for_breaks(&server, key, &requester, Some(&done)).await;
+            if done.swap(true, Ordering::AcqRel) {
+                return;
             }
-            if op.header.flags.is_signed() || ch.session.signing_required {
-                if let Some(msg) = out.get_mut(4..) {
-                    let _ = ch.signing.sign(msg);
+            let Ok(Request::Create(req)) = Request::decode(&header, &bytes) else {
+                return;
+            };
+            let ctx = Ctx {
+                server: &server,
+                session: &session,
+                tree: &tree,
+                tx: &tx,
+            };
+            let mut out = vec![0u8; 4 + HEADER_LEN];
+            let status = match crate::fs::open::create(&ctx, &req, &mut out) {
+                Ok(r) => r.status,
+                Err(s) => {
+                    out.truncate(4 + HEADER_LEN);
+                    ErrorResponse::default().encode(&mut out);
+                    s
                 }
-            }
-        }
-        set_prefix(&mut out);
-        out
+            };
+            let _ = tx.send(seal.finish(&header, async_id, session_id, status, out));
+        });
+        Outcome::Pending(async_id)
     }
 }
 

@@ -79,12 +79,13 @@ pub struct PendingAuth {
     pub binding: Option<Arc<Session>>,
 }
 
-/// An async request waiting (CHANGE_NOTIFY).
+/// An async request waiting (CHANGE_NOTIFY, a CREATE waiting for break acknowledgments).
 pub struct AsyncOp {
     pub async_id: u64,
     pub header: Header,
     pub session_id: u64,
-    pub file_id: FileId,
+    /// The handle a CHANGE_NOTIFY watches (its CLOSE ends it); None for a CREATE.
+    pub file_id: Option<FileId>,
     /// Set by whoever answers it first (CANCEL, CLOSE, a change event).
     pub done: Arc<std::sync::atomic::AtomicBool>,
     pub encrypted: bool,
@@ -121,6 +122,11 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
+            // An empty frame is the reader's goodbye: the writer ends, and senders elsewhere
+            // (break notifications) see this connection closed.
+            if frame.is_empty() {
+                break;
+            }
             if let Err(e) = wr.write_all(&frame).await {
                 tracing::debug!(peer = %peer, "SMB write: {e}");
                 break;
@@ -181,6 +187,7 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
     tracing::debug!(peer = %conn.peer, "SMB connection closed: {reason}");
     conn.teardown();
     drop(conn);
+    let _ = tx.send(Vec::new());
     drop(tx);
     // Frames already queued (an answer before a disconnect) still go out.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
@@ -378,6 +385,7 @@ impl Conn {
                             tree_id,
                             file_id: fid,
                             encrypted: encrypted.is_some(),
+                            last: e.offset + e.bytes.len() >= frame.len(),
                         };
                         self.dispatch(ctx, req, &mut out).await
                     }
@@ -518,6 +526,8 @@ pub struct Incoming<'a> {
     /// The FileId the request names; Some(None) when it asks for a previous one that is absent.
     pub file_id: Option<Option<FileId>>,
     pub encrypted: bool,
+    /// The last element of its compound chain (only that one may go async here).
+    pub last: bool,
 }
 
 fn log_undecodable(peer: SocketAddr, command: Command, e: &smb_proto::DecodeError) -> Answer {

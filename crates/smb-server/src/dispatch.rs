@@ -61,8 +61,20 @@ impl Conn {
             tx: &self.tx,
         };
         if let Request::Create(r) = &req {
-            if let Some(key) = crate::fs::open::existing_key(&ctx, r) {
-                crate::fs::oplock::break_and_wait(&self.server, key, &self.tx).await;
+            if let Some((key, requester)) = crate::fs::open::requester(&ctx, r) {
+                use crate::fs::oplock::{start_breaks, wait_for_breaks, waits_on, Step};
+                if let Step::Wait { .. } = start_breaks(&self.server, key, &requester) {
+                    if inc.last {
+                        // MS-SMB2 3.3.4.2: an interim response now, the CREATE completes
+                        // once the breaks are acknowledged; the connection keeps serving.
+                        return self.create_async(&inc, &session, &tree, key, requester);
+                    }
+                    // Inside a compound chain: waited for here, except on a holder of this
+                    // very connection (its acknowledgment could not be read meanwhile).
+                    if !waits_on(&self.server, key, &requester, &self.tx) {
+                        wait_for_breaks(&self.server, key, &requester, None).await;
+                    }
+                }
             }
             let result = crate::fs::open::create(&ctx, r, out);
             if let Err(st) = &result {
@@ -70,6 +82,21 @@ impl Conn {
                     r.name_string().unwrap_or_default(), r.create_disposition, r.create_options, r.desired_access, st.0);
             }
             return result.into();
+        }
+        if let Request::OplockBreak(smb_proto::msg::OplockBreak::LeaseAck {
+            lease_key,
+            lease_state,
+            ..
+        }) = &req
+        {
+            return crate::fs::oplock::acknowledge_lease(
+                &self.server,
+                session.client_guid,
+                *lease_key,
+                *lease_state,
+                out,
+            )
+            .into();
         }
         let fid = match inc.file_id {
             Some(Some(f)) => f,
@@ -100,7 +127,7 @@ impl Conn {
                     async_id,
                     header: inc.header.clone(),
                     session_id: inc.session_id,
-                    file_id: fid,
+                    file_id: Some(fid),
                     done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
                     encrypted: inc.encrypted,
                 };
@@ -127,7 +154,7 @@ impl Conn {
             // Pending CHANGE_NOTIFYs on the closed handle end with NOTIFY_CLEANUP.
             let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.async_ops)
                 .into_iter()
-                .partition(|op| op.file_id == fid && op.session_id == inc.session_id);
+                .partition(|op| op.file_id == Some(fid) && op.session_id == inc.session_id);
             self.async_ops = keep;
             for op in done {
                 self.complete_async(op, NtStatus(0x0000_010B));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use smb_proto::auth::ntlm_server::ChallengeParams;
 use smb_proto::crypto::{Cipher, SessionKeys, SigningAlgorithm, SigningKey};
 use smb_proto::msg::negotiate::{
-    CAP_LARGE_MTU, CAP_MULTI_CHANNEL, DIALECT_311, SECURITY_SIGNING_REQUIRED,
+    CAP_LARGE_MTU, CAP_LEASING, CAP_MULTI_CHANNEL, DIALECT_311, SECURITY_SIGNING_REQUIRED,
 };
 use smb_proto::msg::session::SESSION_FLAG_BINDING;
 use smb_proto::msg::{
@@ -24,7 +24,7 @@ pub const MAX_IO: u32 = 8 * 1024 * 1024;
 pub fn negotiate_config(server: &Server) -> NegotiateConfig {
     NegotiateConfig {
         server_guid: server.server_guid,
-        capabilities: CAP_LARGE_MTU | CAP_MULTI_CHANNEL,
+        capabilities: CAP_LARGE_MTU | CAP_MULTI_CHANNEL | CAP_LEASING,
         max_transact_size: MAX_IO,
         max_read_size: MAX_IO,
         max_write_size: MAX_IO,
@@ -144,6 +144,7 @@ impl Conn {
                             return Outcome::Error(NtStatus::INSUFFICIENT_RESOURCES);
                         }
                         st.channels += 1;
+                        st.channel_tx.push(self.tx.clone());
                     }
                     let key = SessionKeys::channel_signing_key(&session_key, &pending.preauth);
                     self.channels.insert(
@@ -186,6 +187,7 @@ impl Conn {
                         session_key,
                         state: parking_lot::Mutex::new(SessionState {
                             channels: 1,
+                            channel_tx: vec![self.tx.clone()],
                             next_tree: 1,
                             ..SessionState::default()
                         }),

@@ -43,6 +43,12 @@ impl Share {
 /// A file's identity on the server's filesystem.
 pub type FileKey = (u64, u64);
 
+/// A lease key as the server knows it: the client's GUID and the key (MS-SMB2 3.3.1.4: keys
+/// are unique per client).
+pub type LeaseId = ([u8; 16], [u8; 16]);
+/// Where each lease key's file is.
+pub type LeaseIndex = HashMap<LeaseId, FileKey>;
+
 /// One open's entry in the share-mode table.
 #[derive(Debug, Clone, Copy)]
 pub struct ShareEntry {
@@ -56,7 +62,11 @@ pub struct ShareEntry {
 pub struct FileState {
     pub entries: Vec<ShareEntry>,
     pub delete_pending: bool,
-    pub oplock: Option<crate::fs::oplock::Holder>,
+    /// Leases and oplocks on the file.
+    pub holders: Vec<crate::fs::oplock::Holder>,
+    /// Woken when holders or opens change (an acknowledgment, a close, a timeout), for the
+    /// CREATEs waiting on a break.
+    pub changed: Arc<tokio::sync::Notify>,
 }
 
 /// A pending CHANGE_NOTIFY: its final answer (STATUS_NOTIFY_ENUM_DIR, built, signed or
@@ -80,6 +90,9 @@ pub struct Server {
     pub start_time: u64,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
     pub files: Mutex<HashMap<FileKey, FileState>>,
+    /// Lease keys (per client GUID) and the file each is on; locked after `files`, never
+    /// before it.
+    pub leases: Mutex<LeaseIndex>,
     pub locks: LockTable,
     next_id: AtomicU64,
 }
@@ -97,6 +110,7 @@ impl Server {
             watches: Mutex::new(Vec::new()),
             notified: AtomicU64::new(0),
             files: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
             // Random high bits keep ids of different server runs apart.
             next_id: AtomicU64::new((u64::from(rand::random::<u16>()) << 40) | 1),
@@ -172,6 +186,9 @@ pub struct SessionState {
     pub opens: HashMap<u64, Arc<crate::fs::open::Open>>,
     pub next_tree: u32,
     pub channels: usize,
+    /// The writers of the session's channels, for break notifications whose own connection
+    /// is gone.
+    pub channel_tx: Vec<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
 }
 
 impl Session {

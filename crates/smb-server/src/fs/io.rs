@@ -95,6 +95,7 @@ pub async fn write(
     ) {
         return Err(status::FILE_LOCK_CONFLICT);
     }
+    crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
     let sync = req.flags & WRITE_FLAG_WRITE_THROUGH != 0 || open.write_through;
     blocking(|| {
         open.file.write_all_at(req.data, req.offset)?;

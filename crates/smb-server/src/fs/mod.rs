@@ -1,8 +1,10 @@
 //! The file server over a share directory.
 
 pub mod dir;
+pub mod grant;
 pub mod info;
 pub mod io;
+pub mod lease;
 pub mod lock;
 pub mod open;
 pub mod oplock;

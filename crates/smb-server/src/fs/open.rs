@@ -8,15 +8,19 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use smb_proto::msg::create::{
-    CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_QUERY_MAXIMAL_ACCESS, CTX_QUERY_ON_DISK_ID,
+    CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_QUERY_MAXIMAL_ACCESS, CTX_QUERY_ON_DISK_ID, CTX_REQUEST_LEASE,
 };
-use smb_proto::msg::create_ctx::{encode_maximal_access_response, encode_on_disk_id_response};
+use smb_proto::msg::create_ctx::{
+    encode_maximal_access_response, encode_on_disk_id_response, Lease,
+};
 use smb_proto::msg::{
     CloseRequest, CloseResponse, CreateContext, CreateRequest, CreateResponse, FileId, Message as _,
 };
 use smb_proto::NtStatus;
 
+use super::grant::GrantRequest;
 use super::info::{allocation, attributes, file_times, Dos};
+use super::oplock::Requester;
 use super::{io_status, status};
 use crate::conn::Reply;
 use crate::dispatch::Ctx;
@@ -115,7 +119,11 @@ fn map_access(desired: u32, maximal: u32) -> u32 {
     a
 }
 
-fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
+/// Rights that touch data: opens without any of them are attribute-only ("stat") opens.
+pub const DATA_ACCESS: u32 =
+    FILE_READ_DATA | FILE_EXECUTE | FILE_WRITE_DATA | FILE_APPEND_DATA | DELETE;
+
+pub fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
     let data = |a: u32| {
         a & (FILE_READ_DATA | FILE_EXECUTE | FILE_WRITE_DATA | FILE_APPEND_DATA | DELETE) != 0
     };
@@ -130,13 +138,37 @@ fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
     denies(new_access, old.share_access) || denies(old.access, new_share)
 }
 
-/// The file an existing name refers to, for the oplock break before the CREATE proper.
-pub fn existing_key(ctx: &Ctx<'_>, req: &CreateRequest<'_>) -> Option<FileKey> {
-    use std::os::unix::fs::MetadataExt as _;
+/// The existing file a CREATE names and what it asks of that file's lease and oplock
+/// holders, for the breaks before the CREATE proper.
+pub fn requester(ctx: &Ctx<'_>, req: &CreateRequest<'_>) -> Option<(FileKey, Requester)> {
     let share = ctx.tree.share.as_ref()?;
     let name = req.name_string().ok()?;
     let m = super::path::resolve(&share.root, &name).ok()?.meta?;
-    Some((m.dev(), m.ino()))
+    let maximal = if share.read_only {
+        crate::tree::ACCESS_READ_ONLY
+    } else {
+        crate::tree::ACCESS_ALL
+    };
+    let lease_key = lease_request(req).map(|l| l.key());
+    Some((
+        (m.dev(), m.ino()),
+        Requester {
+            client_guid: ctx.session.client_guid,
+            lease_key,
+            access: map_access(req.desired_access, maximal),
+            share_access: req.share_access,
+            overwrite: matches!(req.create_disposition, SUPERSEDE | OVERWRITE | OVERWRITE_IF),
+        },
+    ))
+}
+
+/// The lease a CREATE asks for: an RqLs context counts only with SMB2_OPLOCK_LEVEL_LEASE
+/// (MS-SMB2 3.3.5.9.8); one that does not decode is ignored.
+fn lease_request(req: &CreateRequest<'_>) -> Option<Lease> {
+    if req.requested_oplock_level != super::lease::OPLOCK_LEASE {
+        return None;
+    }
+    Lease::decode(req.context(CTX_REQUEST_LEASE)?.data).ok()
 }
 
 /// The argument checks of MS-SMB2 3.3.5.9, with Samba's statuses.
@@ -209,6 +241,20 @@ pub fn create(
     }
     let r = super::path::resolve(&share.root, &name)?;
     let want_dir = opts & OPT_DIRECTORY != 0;
+    let lease = lease_request(req);
+    if let Some(l) = &lease {
+        // A lease key names one file per client (MS-SMB2 3.3.5.9.8).
+        let file = r.meta.as_ref().map(|m| (m.dev(), m.ino()));
+        let used = ctx
+            .server
+            .leases
+            .lock()
+            .get(&(ctx.session.client_guid, l.key()))
+            .copied();
+        if used.is_some_and(|k| Some(k) != file) {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+    }
     let (action, file, meta) = match &r.meta {
         Some(m) => {
             if disposition == CREATE {
@@ -285,24 +331,20 @@ pub fn create(
             access,
             share_access: req.share_access,
         });
-        granted = super::oplock::grant(
-            req.requested_oplock_level,
-            st.entries.len() == 1 && st.oplock.is_none(),
-            meta.is_dir(),
+        granted = super::grant::grant(
+            st,
+            key,
+            id,
+            &GrantRequest {
+                requested_oplock: req.requested_oplock_level,
+                lease,
+                client_guid: ctx.session.client_guid,
+                session_id: ctx.session.id,
+                tx: ctx.tx,
+                is_dir: meta.is_dir(),
+            },
+            &mut ctx.server.leases.lock(),
         );
-        if granted != super::oplock::LEVEL_NONE {
-            st.oplock = Some(super::oplock::Holder {
-                open: id,
-                level: granted,
-                file_id: FileId {
-                    persistent: id,
-                    volatile: id,
-                },
-                tx: ctx.tx.clone(),
-                breaking: false,
-                gone: Arc::new(tokio::sync::Notify::new()),
-            });
-        }
     }
     let open = Arc::new(Open {
         persistent: id,
@@ -369,13 +411,18 @@ pub fn create(
         encode_on_disk_id_response(disk, meta.dev(), &mut d);
         ctx_data.push((CTX_QUERY_ON_DISK_ID, d));
     }
+    if let Some(l) = &granted.lease {
+        let mut d = Vec::with_capacity(52);
+        l.encode(&mut d);
+        ctx_data.push((CTX_REQUEST_LEASE, d));
+    }
     let contexts: Vec<CreateContext<'_>> = ctx_data
         .iter()
         .map(|(n, d)| CreateContext { name: n, data: d })
         .collect();
     let fid = open.file_id();
     CreateResponse {
-        oplock_level: granted,
+        oplock_level: granted.oplock_level,
         flags: 0,
         create_action: action,
         times: file_times(&meta, &dos),
@@ -434,12 +481,8 @@ fn release(server: &Server, open: &Open) {
         let Some(st) = files.get_mut(&open.key) else {
             return;
         };
-        if st.oplock.as_ref().is_some_and(|h| h.open == open.volatile) {
-            if let Some(h) = st.oplock.take() {
-                h.gone.notify_waiters();
-            }
-        }
         st.entries.retain(|e| e.open != open.volatile);
+        super::oplock::drop_open(st, open.volatile, &mut server.leases.lock());
         if st.entries.is_empty() {
             let pending = st.delete_pending;
             files.remove(&open.key);

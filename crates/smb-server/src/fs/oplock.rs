@@ -1,51 +1,146 @@
-//! Exclusive and batch oplocks (MS-SMB2 3.3.1.4, 3.3.4.6, 3.3.5.22.1). One is granted only to
-//! an open that is alone on its file; a later CREATE of that file from another open first
-//! breaks it to none: the break notification goes to the connection the holder was opened on,
-//! and the CREATE waits for the acknowledgment (or the holder's CLOSE) up to 35 seconds, after
-//! which the oplock counts as broken. Level II oplocks and leases are not granted.
+//! Leases and oplocks held on a file (MS-SMB2 3.3.1.4, 3.3.4.6, 3.3.4.7, 3.3.5.22): who
+//! caches what (`Holder`), the breaks a contending CREATE starts and waits for, the break
+//! notifications, acknowledgments and the 35-second break timeout. The rules themselves are in
+//! `lease`. A notification goes to the connection the holder last opened the file on, or, when
+//! that connection is gone, to another channel of its session.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use smb_proto::msg::oplock::LEASE_BREAK_ACK_REQUIRED;
 use smb_proto::msg::{encode_message, FileId, Message as _, OplockBreak};
 use smb_proto::{Command, Header, HeaderIds, NtStatus};
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::Notify;
+use tokio::time::Instant;
 
+use super::lease::{self, Contender};
 use super::open::Open;
 use crate::conn::Reply;
-use crate::state::{FileKey, Server};
+use crate::state::{FileKey, FileState, LeaseIndex, Server, ShareEntry};
 
-pub const LEVEL_NONE: u8 = 0x00;
-pub const LEVEL_EXCLUSIVE: u8 = 0x08;
-pub const LEVEL_BATCH: u8 = 0x09;
-/// How long a CREATE waits for a break acknowledgment (MS-SMB2 3.3.2.1: 35 s).
+/// How long a break waits for its acknowledgment (MS-SMB2 3.3.2.1: 35 s).
 pub const BREAK_TIMEOUT: Duration = Duration::from_secs(35);
 const INVALID_OPLOCK_PROTOCOL: NtStatus = NtStatus(0xC000_00E3);
+const UNSUCCESSFUL: NtStatus = NtStatus(0xC000_0001);
+const REQUEST_NOT_ACCEPTED: NtStatus = NtStatus(0xC000_00D0);
 
-/// The open holding a file's oplock.
-#[derive(Debug)]
-pub struct Holder {
-    pub open: u64,
-    pub level: u8,
-    pub file_id: FileId,
-    /// The writer of the connection the open was created on.
-    pub tx: UnboundedSender<Vec<u8>>,
-    pub breaking: bool,
-    /// Woken when the oplock is gone (acknowledged, closed, timed out).
-    pub gone: Arc<Notify>,
+/// Whose caching a holder is: a lease (all opens of one client under one key share it) or
+/// the oplock of one open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    Lease {
+        client_guid: [u8; 16],
+        key: [u8; 16],
+        v2: bool,
+        parent: Option<[u8; 16]>,
+    },
+    Oplock {
+        open: u64,
+    },
 }
 
-/// The level to grant: exclusive or batch when asked for and the open is alone on the file.
-pub fn grant(requested: u8, alone: bool, is_dir: bool) -> u8 {
-    if alone && !is_dir && matches!(requested, LEVEL_EXCLUSIVE | LEVEL_BATCH) {
-        requested
-    } else {
-        LEVEL_NONE
+/// Caching held on a file.
+#[derive(Debug)]
+pub struct Holder {
+    pub owner: Owner,
+    /// The opens under it (one for an oplock).
+    pub opens: Vec<u64>,
+    pub state: u32,
+    /// Lease epoch (version 2 leases; MS-SMB2 3.3.1.4 Lease.Epoch).
+    pub epoch: u16,
+    /// While a break waits for its acknowledgment: the state it breaks to and when it times
+    /// out.
+    pub breaking: Option<(u32, Instant)>,
+    pub session_id: u64,
+    /// The writer of the connection the holder last opened the file on.
+    pub tx: UnboundedSender<Vec<u8>>,
+}
+
+/// The open that contends with the holders of a file, before its CREATE proceeds.
+#[derive(Debug, Clone, Copy)]
+pub struct Requester {
+    pub client_guid: [u8; 16],
+    /// Its lease key: its own lease is not broken.
+    pub lease_key: Option<[u8; 16]>,
+    pub access: u32,
+    pub share_access: u32,
+    pub overwrite: bool,
+}
+
+/// What a contending CREATE does next.
+pub enum Step {
+    Proceed,
+    /// Breaks are waiting for acknowledgments: wait for a change of the file's state, or
+    /// until `deadline`.
+    Wait {
+        changed: Arc<tokio::sync::Notify>,
+        deadline: Instant,
+    },
+}
+
+/// A notification to deliver once the file table's lock is released.
+struct Send {
+    session_id: u64,
+    tx: UnboundedSender<Vec<u8>>,
+    frame: Vec<u8>,
+}
+
+impl Holder {
+    fn owned_by(&self, r: &Requester) -> bool {
+        matches!(self.owner, Owner::Lease { client_guid, key, .. }
+            if r.lease_key == Some(key) && r.client_guid == client_guid)
+    }
+
+    pub(crate) fn is_lease(&self, guid: &[u8; 16], lease_key: &[u8; 16]) -> bool {
+        matches!(&self.owner, Owner::Lease { client_guid, key, .. }
+            if client_guid == guid && key == lease_key)
+    }
+
+    /// Starts a break to `target`: with an acknowledgment to wait for, or at once.
+    fn begin_break(&mut self, target: u32, ack: bool, now: Instant) -> Send {
+        let body = match self.owner {
+            Owner::Lease { key, v2, .. } => {
+                if v2 {
+                    self.epoch = self.epoch.wrapping_add(1);
+                }
+                OplockBreak::LeaseNotification {
+                    new_epoch: if v2 { self.epoch } else { 0 },
+                    flags: if ack { LEASE_BREAK_ACK_REQUIRED } else { 0 },
+                    lease_key: key,
+                    current_lease_state: self.state,
+                    new_lease_state: target,
+                }
+            }
+            Owner::Oplock { open } => OplockBreak::Oplock {
+                oplock_level: lease::oplock_level(target),
+                file_id: FileId {
+                    persistent: open,
+                    volatile: open,
+                },
+            },
+        };
+        if ack {
+            self.breaking = Some((target, now + BREAK_TIMEOUT));
+        } else {
+            self.state = target;
+        }
+        tracing::debug!(
+            "SMB break {:?}: {} -> {}",
+            self.owner,
+            lease::describe(self.state),
+            lease::describe(target)
+        );
+        Send {
+            session_id: self.session_id,
+            tx: self.tx.clone(),
+            frame: notification(&body),
+        }
     }
 }
 
-fn notification(file_id: FileId) -> Vec<u8> {
+/// An unsolicited OPLOCK_BREAK notification: MessageId all ones, no session (MS-SMB2 3.3.4.6,
+/// 3.3.4.7).
+fn notification(body: &OplockBreak) -> Vec<u8> {
     let mut blank = [0u8; 64];
     blank[..4].copy_from_slice(&smb_proto::header::PROTOCOL_ID);
     blank[4] = 64;
@@ -58,80 +153,236 @@ fn notification(file_id: FileId) -> Vec<u8> {
             process_id: 0,
             tree_id: 0,
         };
-        out.extend_from_slice(&encode_message(
-            &h,
-            &OplockBreak::Oplock {
-                oplock_level: LEVEL_NONE,
-                file_id,
-            },
-        ));
+        out.extend_from_slice(&encode_message(&h, body));
     }
-    let len = (out.len() - 4) as u32;
-    if let Some(p) = out.get_mut(..4) {
-        p.copy_from_slice(&len.to_be_bytes());
-    }
+    crate::conn::set_prefix(&mut out);
     out
 }
 
-/// Breaks another open's oplock on `key` and waits until it is gone. `own_tx` is the
-/// requester's writer: when the holder lives on the same connection the acknowledgment
-/// cannot be read while this connection waits, so the break is sent and not waited for.
-pub async fn break_and_wait(server: &Server, key: FileKey, own_tx: &UnboundedSender<Vec<u8>>) {
-    for _ in 0..4 {
-        let gone = {
-            let mut files = server.files.lock();
-            let Some(h) = files.get_mut(&key).and_then(|st| st.oplock.as_mut()) else {
-                return;
-            };
-            if !h.breaking {
-                h.breaking = true;
-                if h.tx.send(notification(h.file_id)).is_err() {
-                    // The holder's connection is gone: nothing can act on the break.
-                    release_holder(server, key, None);
-                    return;
-                }
-            }
-            if h.tx.same_channel(own_tx) {
-                return;
-            }
-            h.gone.clone()
+/// Sends a notification on the holder's connection, or on another channel of its session when
+/// that connection is gone (MS-SMB2 3.3.4.6: any channel of the session will do).
+fn deliver(server: &Server, s: Send) -> bool {
+    if s.tx.send(s.frame.clone()).is_ok() {
+        return true;
+    }
+    let Some(session) = server.session(s.session_id) else {
+        return false;
+    };
+    let channels: Vec<_> = {
+        let mut st = session.state.lock();
+        st.channel_tx.retain(|tx| !tx.is_closed());
+        st.channel_tx.clone()
+    };
+    channels.iter().any(|tx| tx.send(s.frame.clone()).is_ok())
+}
+
+/// Breaks, for the open `req` is about to make, the caching of `key` that other lease keys and
+/// oplocks hold; says whether acknowledgments are outstanding. Idempotent: a break under way
+/// is not sent again.
+pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
+    let now = Instant::now();
+    let mut sends = Vec::new();
+    let step = {
+        let mut files = server.files.lock();
+        let Some(st) = files.get_mut(&key) else {
+            return Step::Proceed;
         };
-        let notified = gone.notified();
+        let FileState {
+            entries, holders, ..
+        } = st;
+        let mut deadline: Option<Instant> = None;
+        for h in holders.iter_mut() {
+            if h.owned_by(req) {
+                continue;
+            }
+            if let Some((_, d)) = h.breaking {
+                deadline = Some(deadline.map_or(d, |x| x.min(d)));
+                continue;
+            }
+            let c = Contender {
+                stat_open: req.access & super::open::DATA_ACCESS == 0,
+                sharing_violation: violates(entries, &h.opens, req),
+                overwrite: req.overwrite,
+            };
+            let (target, ack) = match h.owner {
+                Owner::Lease { .. } => (
+                    lease::break_to(h.state, c),
+                    lease::lease_break_needs_ack(h.state),
+                ),
+                Owner::Oplock { .. } => (
+                    lease::oplock_break_to(h.state, c),
+                    lease::oplock_break_needs_ack(h.state),
+                ),
+            };
+            if target == h.state {
+                continue;
+            }
+            sends.push(h.begin_break(target, ack, now));
+            if ack {
+                let d = now + BREAK_TIMEOUT;
+                deadline = Some(deadline.map_or(d, |x| x.min(d)));
+            }
+        }
+        holders.retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
+        match deadline {
+            Some(deadline) => Step::Wait {
+                changed: st.changed.clone(),
+                deadline,
+            },
+            None => Step::Proceed,
+        }
+    };
+    for s in sends {
+        if !deliver(server, s) {
+            tracing::debug!("SMB break notification: no channel of the holder's session left");
+        }
+    }
+    step
+}
+
+/// An open wrote to the file or changed its size: other lease keys and oplocks lose read
+/// caching (MS-FSA 2.1.5.4). The breaks are sent and not waited for.
+pub fn break_readers(server: &Server, key: FileKey, writer: u64) {
+    break_others(server, key, writer, lease::R, lease::break_on_write);
+}
+
+/// An open renames the file or marks it for deletion: other lease keys lose handle caching
+/// (MS-FSA 2.1.5.14.11, 2.1.5.14.3), so their clients close the handles they keep cached.
+/// The breaks are sent and not waited for: the rename or delete goes on at once.
+pub fn break_handles(server: &Server, key: FileKey, actor: u64) {
+    break_others(server, key, actor, lease::H, |s| s & !lease::H);
+}
+
+/// Breaks the holders other than `actor`'s that hold any of `bits` to `to(state)`.
+fn break_others(server: &Server, key: FileKey, actor: u64, bits: u32, to: fn(u32) -> u32) {
+    let now = Instant::now();
+    let mut sends = Vec::new();
+    {
+        let mut files = server.files.lock();
+        let Some(st) = files.get_mut(&key) else {
+            return;
+        };
+        for h in st.holders.iter_mut() {
+            if h.opens.contains(&actor) || h.breaking.is_some() || h.state & bits == 0 {
+                continue;
+            }
+            let target = to(h.state);
+            let ack = match h.owner {
+                Owner::Lease { .. } => lease::lease_break_needs_ack(h.state),
+                Owner::Oplock { .. } => lease::oplock_break_needs_ack(h.state),
+            };
+            sends.push(h.begin_break(target, ack, now));
+        }
+        st.holders
+            .retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
+    }
+    for s in sends {
+        deliver(server, s);
+    }
+}
+
+fn violates(entries: &[ShareEntry], opens: &[u64], req: &Requester) -> bool {
+    entries
+        .iter()
+        .filter(|e| opens.contains(&e.open))
+        .any(|e| super::open::conflicts(req.access, req.share_access, e))
+}
+
+/// Breaks that were not acknowledged by their deadline count as acknowledged to their target
+/// (MS-SMB2 3.3.2.1, the oplock and lease break acknowledgment timers).
+pub fn expire_breaks(server: &Server, key: FileKey, now: Instant) {
+    let mut files = server.files.lock();
+    let Some(st) = files.get_mut(&key) else {
+        return;
+    };
+    let mut any = false;
+    for h in st.holders.iter_mut() {
+        if let Some((target, d)) = h.breaking {
+            if d <= now {
+                tracing::warn!(
+                    "SMB break of {:?} not acknowledged within {BREAK_TIMEOUT:?}",
+                    h.owner
+                );
+                h.state = target;
+                h.breaking = None;
+                any = true;
+            }
+        }
+    }
+    st.holders
+        .retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
+    if any {
+        st.changed.notify_waiters();
+    }
+}
+
+/// Starts the breaks `req` needs and waits until they are acknowledged, time out, or the
+/// holders' opens close; returns early once `cancelled` is set.
+pub async fn wait_for_breaks(
+    server: &Server,
+    key: FileKey,
+    req: &Requester,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        let Step::Wait { changed, .. } = start_breaks(server, key, req) else {
+            return;
+        };
+        let notified = changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // Re-check after registering: the holder may have gone in between.
-        if server
-            .files
-            .lock()
-            .get(&key)
-            .is_none_or(|st| st.oplock.is_none())
-        {
+        // Re-checked after registering, so a change in between is not missed.
+        let Step::Wait { deadline, .. } = start_breaks(server, key, req) else {
+            return;
+        };
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            expire_breaks(server, key, Instant::now());
+        }
+        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire)) {
             return;
         }
-        if tokio::time::timeout(BREAK_TIMEOUT, notified).await.is_err() {
-            tracing::warn!("SMB oplock break not acknowledged within {BREAK_TIMEOUT:?}");
-            release_holder(server, key, None);
-        }
     }
 }
 
-/// Drops the oplock of `key` (of open `only` when given) and wakes the waiters.
-pub fn release_holder(server: &Server, key: FileKey, only: Option<u64>) {
-    let mut files = server.files.lock();
-    if let Some(st) = files.get_mut(&key) {
-        if st
-            .oplock
-            .as_ref()
-            .is_some_and(|h| only.is_none_or(|o| o == h.open))
+/// Whether waiting for `req`'s breaks would wait for a holder on the connection `tx` writes
+/// to (which cannot read the acknowledgment while it waits inline).
+pub fn waits_on(
+    server: &Server,
+    key: FileKey,
+    req: &Requester,
+    tx: &UnboundedSender<Vec<u8>>,
+) -> bool {
+    server.files.lock().get(&key).is_some_and(|st| {
+        st.holders
+            .iter()
+            .any(|h| !h.owned_by(req) && h.breaking.is_some() && h.tx.same_channel(tx))
+    })
+}
+
+/// An open of the file goes: it leaves its lease (which goes with its last open) or its
+/// oplock, and whoever waits on the file looks again.
+pub fn drop_open(st: &mut FileState, open_id: u64, index: &mut LeaseIndex) {
+    for h in st.holders.iter_mut() {
+        h.opens.retain(|o| *o != open_id);
+    }
+    st.holders.retain(|h| {
+        let keep = !h.opens.is_empty();
+        if let (
+            false,
+            Owner::Lease {
+                client_guid, key, ..
+            },
+        ) = (keep, h.owner)
         {
-            if let Some(h) = st.oplock.take() {
-                h.gone.notify_waiters();
-            }
+            index.remove(&(client_guid, key));
         }
-    }
+        keep
+    });
+    st.changed.notify_waiters();
 }
 
-/// OPLOCK_BREAK acknowledgment from the client.
+/// OPLOCK_BREAK acknowledgment of an oplock (MS-SMB2 3.3.5.22.1): the level must not exceed
+/// the one the break went to.
 pub fn acknowledge(
     server: &Server,
     open: &Arc<Open>,
@@ -141,29 +392,84 @@ pub fn acknowledge(
     {
         let mut files = server.files.lock();
         let st = files.get_mut(&open.key).ok_or(INVALID_OPLOCK_PROTOCOL)?;
-        let breaking = st
-            .oplock
-            .as_ref()
-            .is_some_and(|h| h.open == open.volatile && h.breaking);
-        if !breaking {
+        let pos = st
+            .holders
+            .iter()
+            .position(|h| {
+                h.owner
+                    == Owner::Oplock {
+                        open: open.volatile,
+                    }
+            })
+            .ok_or(INVALID_OPLOCK_PROTOCOL)?;
+        let h = st.holders.get_mut(pos).ok_or(INVALID_OPLOCK_PROTOCOL)?;
+        let Some((target, _)) = h.breaking else {
             return Err(INVALID_OPLOCK_PROTOCOL);
-        }
-        if level != LEVEL_NONE {
-            // Broken to none: acknowledging a higher level is a protocol error; the oplock
-            // is gone all the same.
-            if let Some(h) = st.oplock.take() {
-                h.gone.notify_waiters();
-            }
+        };
+        let acked = lease::oplock_state(level);
+        let bad = acked & !target != 0;
+        // A wrong level is a protocol error; the oplock is broken all the same.
+        h.state = if bad { 0 } else { acked };
+        h.breaking = None;
+        st.holders
+            .retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
+        st.changed.notify_waiters();
+        if bad {
             return Err(INVALID_OPLOCK_PROTOCOL);
-        }
-        if let Some(h) = st.oplock.take() {
-            h.gone.notify_waiters();
         }
     }
     OplockBreak::Oplock {
-        oplock_level: LEVEL_NONE,
+        oplock_level: level,
         file_id: open.file_id(),
     }
     .encode(out);
     Ok(Reply::ok())
 }
+
+/// LEASE_BREAK acknowledgment (MS-SMB2 3.3.5.22.2): the lease must be breaking and the state
+/// acknowledged within the one it breaks to.
+pub fn acknowledge_lease(
+    server: &Server,
+    client_guid: [u8; 16],
+    lease_key: [u8; 16],
+    state: u32,
+    out: &mut Vec<u8>,
+) -> Result<Reply, NtStatus> {
+    let file = server
+        .leases
+        .lock()
+        .get(&(client_guid, lease_key))
+        .copied()
+        .ok_or(NtStatus::OBJECT_NAME_NOT_FOUND)?;
+    {
+        let mut files = server.files.lock();
+        let st = files
+            .get_mut(&file)
+            .ok_or(NtStatus::OBJECT_NAME_NOT_FOUND)?;
+        let h = st
+            .holders
+            .iter_mut()
+            .find(|h| h.is_lease(&client_guid, &lease_key))
+            .ok_or(NtStatus::OBJECT_NAME_NOT_FOUND)?;
+        let Some((target, _)) = h.breaking else {
+            return Err(UNSUCCESSFUL);
+        };
+        if state & !target != 0 {
+            return Err(REQUEST_NOT_ACCEPTED);
+        }
+        h.state = state;
+        h.breaking = None;
+        st.changed.notify_waiters();
+    }
+    OplockBreak::LeaseAck {
+        flags: 0,
+        lease_key,
+        lease_state: state,
+    }
+    .encode(out);
+    Ok(Reply::ok())
+}
+
+#[cfg(test)]
+#[path = "oplock_tests.rs"]
+mod tests;

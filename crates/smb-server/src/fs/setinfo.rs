@@ -104,9 +104,13 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             if !open.can_write() {
                 return Err(NtStatus::ACCESS_DENIED);
             }
+            crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
             open.file.set_len(size).map_err(|e| io_status(&e))?;
         }
-        10 => rename(ctx, open, b)?,
+        10 => {
+            crate::fs::oplock::break_handles(ctx.server, open.key, open.volatile);
+            rename(ctx, open, b)?
+        }
         13 | 64 => {
             let flag = *b.first().ok_or(short)?;
             let delete = if class == 64 {
@@ -116,6 +120,9 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             };
             if open.access & DELETE == 0 {
                 return Err(NtStatus::ACCESS_DENIED);
+            }
+            if delete {
+                crate::fs::oplock::break_handles(ctx.server, open.key, open.volatile);
             }
             if delete && open.is_dir {
                 let path = open.path.lock().clone();
