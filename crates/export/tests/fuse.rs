@@ -36,7 +36,8 @@ struct Cleanup {
 
 enum Step {
     Umount(PathBuf),
-    Detach(String),
+    /// A loop device and the file it was attached to.
+    Detach(String, PathBuf),
 }
 
 impl Cleanup {
@@ -44,7 +45,8 @@ impl Cleanup {
         let dev = run(Command::new("losetup").args(["--find", "--show"]).arg(file))
             .trim()
             .to_string();
-        self.steps.push(Step::Detach(dev.clone()));
+        self.steps
+            .push(Step::Detach(dev.clone(), file.to_path_buf()));
         dev
     }
 
@@ -60,24 +62,29 @@ impl Cleanup {
             Step::Umount(dir) => {
                 run(Command::new("umount").arg(dir));
             }
-            Step::Detach(dev) => {
+            Step::Detach(dev, file) => {
                 run(Command::new("losetup").args(["-d", dev]));
-                wait_released(dev);
+                wait_released(dev, file);
             }
         }
     }
 }
 
 /// The kernel lets go of a detached loop device's backing file asynchronously; until then the
-/// FUSE mount is busy. Polls the device's sysfs entry (bounded) for that to happen.
-fn wait_released(dev: &str) {
+/// FUSE mount is busy. Polls the device's sysfs entry (bounded) until it no longer names
+/// `file`: another test may attach its own file to the freed device meanwhile.
+fn wait_released(dev: &str, file: &Path) {
     let name = dev.trim_start_matches("/dev/");
     let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    let ours = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    while backing.exists() {
+    while std::fs::read_to_string(&backing)
+        .is_ok_and(|b| Path::new(b.trim_end_matches('\n')) == ours.as_path())
+    {
         assert!(
             Instant::now() < deadline,
-            "{dev} still holds its backing file after 10 s"
+            "{dev} still holds {} after 10 s",
+            file.display()
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -88,13 +95,13 @@ impl Drop for Cleanup {
         while let Some(step) = self.steps.pop() {
             let ok = match &step {
                 Step::Umount(dir) => Command::new("umount").arg(dir).status(),
-                Step::Detach(dev) => Command::new("losetup").args(["-d", dev]).status(),
+                Step::Detach(dev, _) => Command::new("losetup").args(["-d", dev]).status(),
             }
             .map(|s| s.success())
             .unwrap_or(false);
-            if let (true, Step::Detach(dev)) = (ok, &step) {
+            if let (true, Step::Detach(dev, file)) = (ok, &step) {
                 if !std::thread::panicking() {
-                    wait_released(dev);
+                    wait_released(dev, file);
                 }
             }
             if !ok {
