@@ -14,12 +14,14 @@ use crate::delay::{self, RelaySpec};
 use crate::plan::{real_namespace, Cmd, Nic, Plan, FAULT_RULE_PRIORITY};
 
 /// What a fault hits: link i (host NIC i and storage NIC i), a whole storage node (every NIC
-/// it has, replication and witness links included), replication link i between the nodes of
-/// a pair, or node k's link to the witness.
+/// it has, replication and witness links included), a storage node's host-facing NICs only
+/// (`front<k>`: the node is cut from the hosts but still sees its peer and the witness),
+/// replication link i between the nodes of a pair, or node k's link to the witness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultTarget {
     Link(usize),
     Node(usize),
+    Front(usize),
     Peer(usize),
     Witness(usize),
 }
@@ -32,6 +34,8 @@ impl FromStr for FaultTarget {
             Ok(Self::Link(i))
         } else if let Some(k) = s.strip_prefix("node").and_then(parse) {
             Ok(Self::Node(k))
+        } else if let Some(k) = s.strip_prefix("front").and_then(parse) {
+            Ok(Self::Front(k))
         } else if let Some(i) = s.strip_prefix("peer").and_then(parse) {
             Ok(Self::Peer(i))
         } else if let Some(k) = s.strip_prefix("witness").and_then(parse) {
@@ -39,8 +43,8 @@ impl FromStr for FaultTarget {
         } else {
             Err(format!(
                 "bad fault target {s:?}: expected a link (link1, link2, ...), a node (node1, \
-                 node2), a replication link (peer1, ...) or a node's witness link (witness1, \
-                 witness2)"
+                 node2), a node's host-facing NICs (front1, front2), a replication link \
+                 (peer1, ...) or a node's witness link (witness1, witness2)"
             ))
         }
     }
@@ -51,6 +55,7 @@ impl fmt::Display for FaultTarget {
         match self {
             Self::Link(i) => write!(f, "link{i}"),
             Self::Node(k) => write!(f, "node{k}"),
+            Self::Front(k) => write!(f, "front{k}"),
             Self::Peer(i) => write!(f, "peer{i}"),
             Self::Witness(k) => write!(f, "witness{k}"),
         }
@@ -197,6 +202,10 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
                 .filter(|n| n.namespace == ns)
                 .collect()
         }
+        FaultTarget::Front(k) => {
+            let ns = format!("node{k}");
+            plan.nics.iter().filter(|n| n.namespace == ns).collect()
+        }
         FaultTarget::Peer(i) => plan.peer_nics.iter().filter(|n| n.index == i).collect(),
         FaultTarget::Witness(k) => plan.witness_nics.iter().filter(|n| n.index == k).collect(),
     };
@@ -207,7 +216,8 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
             1 => "link1".to_string(),
             n => format!("link1..link{n}"),
         };
-        let mut has = vec![links, options.node_names().join(", ")];
+        let fronts = options.node_names().join(", ").replace("node", "front");
+        let mut has = vec![links, options.node_names().join(", "), fronts];
         if options.pair.peer_nics > 0 {
             has.push(format!("peer1..peer{}", options.pair.peer_nics));
         }
@@ -220,9 +230,10 @@ fn affected(plan: &Plan, target: FaultTarget) -> Result<Affected<'_>, String> {
             has.join(", ")
         ));
     }
-    // For a node, the other endpoints must also drop what the node sends them.
+    // For a node, the other endpoints must also drop what the node sends them (over a shared
+    // front-end subnet, the host receives node 1's and node 2's packets on one NIC).
     let node_sources: Vec<(String, Ipv4Addr)> = match target {
-        FaultTarget::Node(k) => {
+        FaultTarget::Node(k) | FaultTarget::Front(k) => {
             let ns = format!("node{k}");
             let mut addresses: Vec<_> = nics.iter().map(|n| n.address).collect();
             addresses.extend(

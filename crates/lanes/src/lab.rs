@@ -23,12 +23,14 @@ enum LabCommand {
         /// Lab name.
         name: String,
     },
-    /// Inject a fault on a link (link1...), a storage node (node1, node2), a replication link
-    /// (peer1...) or a node's link to the witness (witness1, witness2).
+    /// Inject a fault on a link (link1...), a storage node (node1, node2), a node's host side
+    /// (front1, front2), a replication link (peer1...) or a node's link to the witness
+    /// (witness1, witness2).
     Fail {
         /// Lab name.
         name: String,
-        /// link1 ... linkN, node1, node2, peer1 ... peerN, witness1 or witness2.
+        /// link1 ... linkN, node1, node2, front1, front2 (a node's host-facing NICs),
+        /// peer1 ... peerN, witness1 or witness2.
         target: String,
         /// down | blackhole | loss=P% | delay=D[/J] (e.g. delay=50ms or delay=50ms/10ms: each
         /// direction delayed by D, jitter ±J, order kept).
@@ -39,7 +41,7 @@ enum LabCommand {
     Restore {
         /// Lab name.
         name: String,
-        /// link1 ... linkN, node1, node2, peer1 ..., witness1, witness2 or all.
+        /// link1 ... linkN, node1, node2, front1, front2, peer1 ..., witness1, witness2 or all.
         target: String,
     },
     /// Stop (SIGKILL), start or restart the etcd of a pair's witness namespace.

@@ -2,12 +2,14 @@
 //! under a 4 KiB write+read load, and faults one after another, each healed before the next:
 //! kill -9 of a node (restarted, resynced; the LUN's volatile cache keeps unflushed writes in
 //! process memory, so each kill is a power loss), SIGSTOP of a node for a while, the replication link
-//! down or black-holed, a node cut from etcd, etcd restarted, a node cut from everything. The
-//! oracle (ha_rig/oracle.rs) checks every read against the writes acknowledged before it began
+//! down or black-holed, a node cut from etcd, etcd restarted, a node cut from everything, a node
+//! cut from the host only (its peer and etcd still reach it). The oracle (ha_rig/oracle.rs) checks every read against the writes acknowledged before it began
 //! (no lost write, no stale read, no torn or misplaced block); no request may fail; after each
 //! fault both nodes must be Paired again and the host must have its four paths back; two nodes never acknowledge alone in one epoch (as
 //! sampled from their status); at the end every block reads back as last acknowledged and both
-//! backing files are identical.
+//! backing files are identical. Meanwhile a second host registers reservation keys through the
+//! node a fault spares (ha_rig/pr_probe.rs): after each heal all four paths must report the same
+//! registrations, holding every key that was answered GOOD.
 //!
 //! `LANES_HA_FAULTS` sets the number of faults (default 100: the test command); the campaign
 //! script `bench/ha-faults` runs 1,000. Needs root, ip, tc and etcd (fails, not skips, without
@@ -16,6 +18,8 @@
 mod ha_rig;
 #[path = "ha_rig/oracle.rs"]
 mod oracle;
+#[path = "ha_rig/pr_probe.rs"]
+mod pr_probe;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,6 +29,7 @@ use bytes::Bytes;
 use ha_rig::*;
 use lanes_test_support::serve::Signal;
 use oracle::Slot;
+use pr_probe::PrProbe;
 
 const WORKERS: u64 = 8;
 const SLOTS: u64 = 64;
@@ -42,19 +47,35 @@ enum Fault {
     EtcdCut(usize),
     EtcdRestart,
     Isolate(usize),
+    HostCut(usize),
 }
+
+const KINDS: usize = 8;
 
 impl Fault {
     fn nth(i: usize) -> Fault {
-        let node = 1 + (i / 7) % 2;
-        match i % 7 {
+        let node = 1 + (i / KINDS) % 2;
+        match i % KINDS {
             0 => Fault::Kill(node),
             1 => Fault::Pause(node),
             2 => Fault::PeerDown,
             3 => Fault::PeerBlackhole,
             4 => Fault::EtcdCut(node),
             5 => Fault::EtcdRestart,
-            _ => Fault::Isolate(node),
+            6 => Fault::Isolate(node),
+            _ => Fault::HostCut(node),
+        }
+    }
+
+    /// The node a fault spares (either, when it hits both or neither alike).
+    fn spared(self, i: usize) -> usize {
+        match self {
+            Fault::Kill(n)
+            | Fault::Pause(n)
+            | Fault::EtcdCut(n)
+            | Fault::Isolate(n)
+            | Fault::HostCut(n) => 3 - n,
+            _ => 1 + i % 2,
         }
     }
 
@@ -67,6 +88,7 @@ impl Fault {
             Fault::EtcdCut(_) => "node cut from etcd",
             Fault::EtcdRestart => "etcd restart",
             Fault::Isolate(_) => "node cut from everything",
+            Fault::HostCut(_) => "node cut from the host",
         }
     }
 }
@@ -229,10 +251,20 @@ fn faults_under_load_lose_no_acknowledged_write() {
     let mut per_kind: std::collections::BTreeMap<&str, (u32, Duration, Duration)> =
         Default::default();
     let campaign = Instant::now();
+    let mut probe = PrProbe::default();
     for i in 0..faults {
         let fault = Fault::nth(i);
         *load.worst.lock().unwrap() = Duration::ZERO;
         let mut up = [true, true];
+        // While the fault holds: a reservation change through a portal of the spared node.
+        let mut change_pr = |rig: &mut Rig| {
+            let portal = (fault.spared(i) - 1) * 2 + (i / 2) % 2;
+            let mut p = std::mem::take(&mut probe);
+            probe = rig.in_host(async move {
+                p.change(portal, i as u64 + 1).await;
+                p
+            });
+        };
         match fault {
             Fault::Kill(n) => {
                 rig.serves[n - 1]
@@ -243,6 +275,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
                 rig.serves[n - 1] = None;
                 up[n - 1] = false;
                 rig.wait_role(3 - n, "Alone", HEAL);
+                change_pr(&mut rig);
                 load.progress(200, "load with one node");
                 rig.start(n);
                 up[n - 1] = true;
@@ -250,25 +283,35 @@ fn faults_under_load_lose_no_acknowledged_write() {
             Fault::Pause(n) => {
                 rig.serves[n - 1].as_ref().unwrap().signal(Signal::Stop);
                 up[n - 1] = false;
-                std::thread::sleep(HOLD);
+                let held = Instant::now();
+                change_pr(&mut rig);
+                std::thread::sleep(HOLD.saturating_sub(held.elapsed()));
                 rig.serves[n - 1].as_ref().unwrap().signal(Signal::Cont);
                 up[n - 1] = true;
             }
-            Fault::PeerDown | Fault::PeerBlackhole | Fault::EtcdCut(_) | Fault::Isolate(_) => {
+            Fault::PeerDown
+            | Fault::PeerBlackhole
+            | Fault::EtcdCut(_)
+            | Fault::Isolate(_)
+            | Fault::HostCut(_) => {
                 let (target, mode) = match fault {
                     Fault::PeerDown => ("peer1".to_string(), "down"),
                     Fault::PeerBlackhole => ("peer1".to_string(), "blackhole"),
                     Fault::EtcdCut(n) => (format!("witness{n}"), "blackhole"),
                     Fault::Isolate(n) => (format!("node{n}"), "blackhole"),
+                    Fault::HostCut(n) => (format!("front{n}"), "blackhole"),
                     _ => unreachable!(),
                 };
                 lanes_lab::fail(&lab, &target, mode, &relay()).expect("fault");
-                std::thread::sleep(HOLD);
+                let held = Instant::now();
+                change_pr(&mut rig);
+                std::thread::sleep(HOLD.saturating_sub(held.elapsed()));
                 lanes_lab::restore(&lab, &target).expect("restore");
             }
             Fault::EtcdRestart => {
                 lanes_lab::witness(&lab, lanes_lab::run::WitnessAction::Restart)
                     .expect("etcd restart");
+                change_pr(&mut rig);
             }
         }
         let heal = wait_paired(&rig, up, &load.violations);
@@ -283,6 +326,19 @@ fn faults_under_load_lose_no_acknowledged_write() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let heal = heal + paths.elapsed();
+        // The reservations as every path reports them.
+        let mut p = std::mem::take(&mut probe);
+        let (p, checked) = rig.in_host(async move {
+            let r = p.check().await;
+            (p, r)
+        });
+        probe = p;
+        if let Err(why) = checked {
+            load.violations
+                .lock()
+                .unwrap()
+                .push(format!("fault {i} ({fault:?}): {why}"));
+        }
         load.progress(100, "load after the fault");
         let worst = *load.worst.lock().unwrap();
         let e = per_kind.entry(fault.name()).or_default();
@@ -303,9 +359,12 @@ fn faults_under_load_lose_no_acknowledged_write() {
         }
     });
     println!(
-        "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations",
+        "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
+         {} reservation changes ({} not answered GOOD), registrations identical on all 4 paths after every fault",
         campaign.elapsed(),
-        load.done.load(Ordering::Relaxed)
+        load.done.load(Ordering::Relaxed),
+        probe.changes,
+        probe.unanswered,
     );
     for (kind, (n, worst, heal)) in &per_kind {
         println!("  {kind:28} {n:4} faults, longest request {worst:?}, longest heal (Paired, 4 paths) {heal:?}");

@@ -339,3 +339,43 @@ fn a_pair_s_links_are_targets_and_a_dead_node_loses_them_too() {
         "{err}"
     );
 }
+
+#[test]
+fn a_node_cut_from_the_hosts_keeps_its_peer_and_witness() {
+    assert_eq!("front2".parse(), Ok(FaultTarget::Front(2)));
+    assert_eq!(FaultTarget::Front(2).to_string(), "front2");
+    let plan = pair_plan();
+    let front = lines(
+        &actions(&plan, FaultTarget::Front(2), FaultMode::Blackhole)
+            .unwrap()
+            .apply,
+    );
+    for expected in [
+        "ip -n lanes-t-node2 rule add pref 10 iif link1 blackhole",
+        "ip -n lanes-t-node2 rule add pref 10 iif link2 blackhole",
+        // The host shares each front-end subnet with node 1: it drops node 2's packets by
+        // source address, not by NIC.
+        "ip -n lanes-t-host rule add pref 10 from 10.77.1.3 blackhole",
+        "ip -n lanes-t-host rule add pref 10 from 10.77.2.3 blackhole",
+    ] {
+        assert!(
+            front.contains(&expected.to_string()),
+            "missing {expected}: {front:#?}"
+        );
+    }
+    assert!(!front
+        .iter()
+        .any(|l| l.contains("iif peer1") || l.contains("iif witness")));
+    assert!(!front
+        .iter()
+        .any(|l| l.contains("10.78.") || l.contains("10.79.")));
+    // Node 1's and the host's own NICs keep receiving.
+    assert!(!front
+        .iter()
+        .any(|l| l.contains("lanes-t-host rule add pref 10 iif")));
+    assert!(!front
+        .iter()
+        .any(|l| l.contains("lanes-t-node1 rule add pref 10 iif")));
+    let err = actions(&plan, FaultTarget::Front(3), FaultMode::Down).unwrap_err();
+    assert!(err.contains("front1, front2"), "{err}");
+}
