@@ -1,6 +1,7 @@
 //! Persistent reservations across gateways: two (then three) `lanes serve` processes over one
 //! RBD image on a real Ceph cluster (started by the test on a loopback address of its own).
-//! A reservation taken through one gateway holds at every other one. Root only.
+//! A reservation taken through one gateway holds at every other one, and the unit attentions
+//! of a preemption or a reset reach every gateway's nexuses. Root only.
 
 use bytes::Bytes;
 use lanes_initiator::{LoginOptions, Session};
@@ -87,6 +88,12 @@ async fn reservation(s: &Session) -> (u32, Option<(u64, u8)>) {
     }
 }
 
+/// TEST UNIT READY: (status, sense key, ASC, ASCQ).
+async fn tur(s: &Session) -> (u8, Option<(u8, u8, u8)>) {
+    let out = s.execute([0; 16], 0, None).await.expect("transport");
+    (out.status, out.sense_triplet())
+}
+
 /// WRITE(10) of one block at LBA 8: the SCSI status.
 async fn write(s: &Session) -> u8 {
     let mut cdb = [0u8; 16];
@@ -160,7 +167,11 @@ fn reservations_hold_across_gateways() {
             0,
             "PREEMPT"
         );
-        // The preemption is visible at A: host 1 lost its registration and the reservation.
+        // The preemption is visible at A: host 1's nexus there got its unit attention from B
+        // (2A/03, as a single node raises it) before B answered, and lost its registration
+        // and the reservation.
+        assert_eq!(tur(&h1).await, (2, Some((6, 0x2A, 0x03))), "UA at A");
+        assert_eq!(tur(&h1).await, (0, None), "reported once");
         assert_eq!(write(&h1).await, RESERVATION_CONFLICT);
         let (gen, keys_a) = keys(&h1).await;
         assert_eq!(keys_a, vec![0x2222]);
@@ -186,6 +197,13 @@ fn reservations_hold_across_gateways() {
         assert_eq!(write(&h3).await, 0);
         let (gen0, none) = keys(&h3).await;
         assert_eq!(none, Vec::<u64>::new());
+
+        // A LOGICAL UNIT RESET through C: every gateway's nexuses have 29/03 once it is
+        // answered.
+        h3.lun_reset().await.expect("LOGICAL UNIT RESET");
+        assert_eq!(tur(&h1).await, (2, Some((6, 0x29, 0x03))), "reset UA at A");
+        assert_eq!(tur(&h2).await, (2, Some((6, 0x29, 0x03))), "reset UA at B");
+        assert_eq!(tur(&h3).await, (2, Some((6, 0x29, 0x03))), "reset UA at C");
 
         // Both hosts change their registrations at once through different gateways: every
         // change lands (compare-and-set, the loser redoes it on the winner's state).

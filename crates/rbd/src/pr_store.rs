@@ -2,10 +2,12 @@
 //! the image's pool, shared by every gateway that exports the image. Changes are
 //! compare-and-set on the object's version; each change is announced with a notification on
 //! the object, which every gateway's watch takes into its logical unit before acknowledging.
+//! Unit attentions for other gateways' nexuses (a PREEMPT's REGISTRATIONS PREEMPTED, a LOGICAL
+//! UNIT RESET's 29/03) travel the same way, as notices the sending gateway's own watch skips.
 
 use std::sync::{Arc, OnceLock, RwLock, Weak};
 
-use scsi::{PrChangeFn, PrStore, StoreResult};
+use scsi::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 
 use crate::ffi::{ObjectIo, Pool, Watch};
 use crate::{Error, RbdSource};
@@ -24,7 +26,24 @@ struct Inner {
     object: ObjectIo,
     watch: OnceLock<Watch>,
     on_change: RwLock<Option<PrChangeFn>>,
+    on_notice: RwLock<Option<NoticeFn>>,
+    /// This store's name in notices, so that its own watch skips them.
+    sender: String,
     name: String,
+}
+
+/// A name no other gateway's store has: the host name, the process and a counter.
+fn sender_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!(
+        "{}:{}:{}:{}",
+        host.trim(),
+        boot.trim(),
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// Reservation state of one RBD LUN, shared by its gateways.
@@ -46,6 +65,8 @@ impl RadosPrStore {
             object,
             watch: OnceLock::new(),
             on_change: RwLock::new(None),
+            on_notice: RwLock::new(None),
+            sender: sender_name(),
             name,
         });
         let (notified, broken) = (Arc::downgrade(&inner), Arc::downgrade(&inner));
@@ -70,11 +91,24 @@ impl RadosPrStore {
 }
 
 impl Inner {
-    /// An announcement: `VERSION\nTEXT`. Anything else is ignored (and acknowledged).
+    /// An announcement: `VERSION\nTEXT`, or a notice: `notice SENDER\nATTENTION`. Anything
+    /// else is ignored (and acknowledged).
     fn take(&self, payload: &[u8]) {
         let Ok(text) = std::str::from_utf8(payload) else {
             return;
         };
+        if let Some(notice) = text.strip_prefix("notice ") {
+            let Some((sender, attention)) = notice.split_once('\n') else {
+                return;
+            };
+            if sender != self.sender {
+                let on_notice = self.on_notice.read().unwrap_or_else(|e| e.into_inner());
+                if let Some(f) = on_notice.as_ref() {
+                    f(attention);
+                }
+            }
+            return;
+        }
         let Some((version, state)) = text.split_once('\n') else {
             return;
         };
@@ -160,5 +194,23 @@ impl PrStore for RadosPrStore {
             .on_change
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(on_change);
+    }
+
+    fn notify(&self, attention: &str) -> std::io::Result<()> {
+        let watch = self
+            .inner
+            .watch
+            .get()
+            .ok_or_else(|| std::io::Error::other("no watch"))?;
+        let payload = format!("notice {}\n{attention}", self.inner.sender);
+        watch.notify(payload.as_bytes(), NOTIFY_TIMEOUT_MS)
+    }
+
+    fn subscribe_notices(&self, on_notice: NoticeFn) {
+        *self
+            .inner
+            .on_notice
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(on_notice);
     }
 }
