@@ -116,6 +116,14 @@ pub trait BlockDevice: Send + Sync + 'static {
         None
     }
 
+    /// The longest range, in bytes, the device's own [`BlockDevice::compare_and_write`]
+    /// takes (`None`: any the SCSI layer sends). librbd's compare-and-write covers one
+    /// 512-byte sector; the logical unit then reports that limit in its Block Limits page and
+    /// refuses longer COMPARE AND WRITEs rather than let them fail as write errors.
+    fn compare_and_write_max(&self) -> Option<u64> {
+        None
+    }
+
     /// Gives up the device's claim on its backing store (the file lock), so another device may
     /// open it, when it is taken out of service; I/O already under way still completes.
     fn release(&self) {}

@@ -201,6 +201,11 @@ impl BlockDevice for RbdDevice {
         false
     }
 
+    fn compare_and_write_max(&self) -> Option<u64> {
+        // librbd (16.2) refuses a compare-and-write that leaves one 512-byte sector (EINVAL).
+        Some(512)
+    }
+
     fn compare_and_write(
         &self,
         compare: &[u8],
@@ -211,7 +216,15 @@ impl BlockDevice for RbdDevice {
             return Some(Err(e));
         }
         // librbd reports the first difference relative to the request, as SCSI does.
-        Some(self.image.compare_and_write(compare, write, offset))
+        let done = self.image.compare_and_write(compare, write, offset);
+        if let Err(e) = &done {
+            tracing::warn!(
+                offset,
+                len = write.len(),
+                "COMPARE AND WRITE through librbd failed: {e}"
+            );
+        }
+        Some(done)
     }
 }
 

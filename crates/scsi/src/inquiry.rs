@@ -1,8 +1,7 @@
 //! INQUIRY: standard data and the VPD pages (SPC-4 6.6, 7.8; SBC-3 6.6).
 
 use crate::lun::{
-    LogicalUnit, MAX_CAW_BLOCKS, MAX_TRANSFER_BYTES, MAX_UNMAP_BLOCKS, MAX_UNMAP_DESCRIPTORS,
-    MAX_WRITE_SAME_BLOCKS,
+    LogicalUnit, MAX_TRANSFER_BYTES, MAX_UNMAP_BLOCKS, MAX_UNMAP_DESCRIPTORS, MAX_WRITE_SAME_BLOCKS,
 };
 use crate::sense::Sense;
 use crate::{put_truncated, Nexus};
@@ -159,7 +158,7 @@ impl LogicalUnit {
             *x = 0x01; // WSNZ: WRITE SAME with zero blocks is rejected
         }
         if let Some(x) = b.get_mut(1) {
-            *x = MAX_CAW_BLOCKS as u8;
+            *x = self.max_caw_blocks() as u8;
         }
         if let Some(d) = b.get_mut(2..4) {
             d.copy_from_slice(&1u16.to_be_bytes()); // optimal transfer length granularity

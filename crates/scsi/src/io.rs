@@ -56,6 +56,15 @@ fn first_bytes(data: &[Bytes], n: u64) -> Vec<&[u8]> {
 }
 
 impl LogicalUnit {
+    /// MAXIMUM COMPARE AND WRITE LENGTH in blocks: 255, or less when the device's own
+    /// compare-and-write takes less (an RBD image: one 512-byte sector).
+    pub(crate) fn max_caw_blocks(&self) -> u32 {
+        match self.cfg.device.compare_and_write_max() {
+            Some(bytes) => MAX_CAW_BLOCKS.min(u32::try_from(bytes / self.bs()).unwrap_or(u32::MAX)),
+            None => MAX_CAW_BLOCKS,
+        }
+    }
+
     fn bs(&self) -> u64 {
         u64::from(self.cfg.block_size)
     }
@@ -328,7 +337,7 @@ impl LogicalUnit {
         r: BlockRange,
     ) -> Result<(), Sense> {
         self.check_writable()?;
-        if r.blocks > MAX_CAW_BLOCKS {
+        if r.blocks > self.max_caw_blocks() {
             return Err(Sense::invalid_cdb(13, None));
         }
         self.check_range(r.lba, u64::from(r.blocks))?;
