@@ -27,7 +27,8 @@
 //! two channels may reorder freely against each other: the fence covers exactly that. So the
 //! leader's sequence of applied writes is the follower's with the refused writes left out, and
 //! every refused write is overwritten later in the follower's sequence (by the covering leader
-//! writes, or by its own retry): both end the same.
+//! writes, or by its own retry): both end the same. COMPARE AND WRITE (executed by the leader
+//! for both nodes) adds three rules to this one: see `node/caw.rs`.
 
 use bytes::Bytes;
 
