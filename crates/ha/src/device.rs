@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use blockstore::{BlockDevice, Extent};
 use bytes::{Bytes, BytesMut};
-use replication::HostError;
+use replication::{CawOutcome, HostError};
 use tokio::sync::mpsc;
 
 use crate::task::Input;
@@ -37,7 +37,11 @@ fn host_error(e: HostError) -> io::Error {
     let kind = match e {
         HostError::Invalid => io::ErrorKind::InvalidInput,
         HostError::Busy => io::ErrorKind::WouldBlock,
-        HostError::NotReady | HostError::Fenced | HostError::Aborted => io::ErrorKind::NotConnected,
+        // NOT READY, TARGET PORT IN UNAVAILABLE STATE at the SCSI layer: the host retries
+        // (on another path). A CAW whose outcome the peer's loss made unknown goes there too.
+        HostError::NotReady | HostError::Fenced | HostError::Aborted | HostError::Indeterminate => {
+            io::ErrorKind::NotConnected
+        }
     };
     io::Error::new(kind, e)
 }
@@ -167,6 +171,42 @@ impl BlockDevice for ReplicatedDevice {
 
     fn release(&self) {
         self.local.release();
+    }
+
+    /// COMPARE AND WRITE atomic across both nodes: the pair's leader executes it (this node
+    /// forwards it when it follows), ordered with every write of both nodes.
+    fn compare_and_write(
+        &self,
+        compare: &[u8],
+        write: &[u8],
+        offset: u64,
+    ) -> Option<io::Result<Option<u64>>> {
+        if let Err(e) = self.check(offset, write.len() as u64) {
+            return Some(Err(e));
+        }
+        if compare.len() != write.len() || write.is_empty() {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "COMPARE AND WRITE: verify and write data differ in length",
+            )));
+        }
+        let (tx, rx) = sync_channel(1);
+        let input = Input::Caw {
+            lba: offset / self.block_size,
+            blocks: (write.len() as u64 / self.block_size) as u32,
+            verify: Bytes::copy_from_slice(compare),
+            write: Bytes::copy_from_slice(write),
+            reply: tx,
+        };
+        if self.inputs.send(input).is_err() {
+            return Some(Err(stopped()));
+        }
+        Some(match rx.recv() {
+            Ok(Ok(CawOutcome::Written)) => Ok(None),
+            Ok(Ok(CawOutcome::Miscompare(i))) => Ok(Some(i)),
+            Ok(Err(e)) => Err(host_error(e)),
+            Err(_) => Err(stopped()),
+        })
     }
 
     /// Every write waits for the peer's acknowledgement.

@@ -207,6 +207,7 @@ impl ReplicatedLun {
             writes: Default::default(),
             next_write: 1,
             queued: Default::default(),
+            caws: Default::default(),
             flushes: Default::default(),
             next_flush: 1,
             local_io: 0,

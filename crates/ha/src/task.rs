@@ -13,7 +13,8 @@ use blockstore::BlockDevice;
 use bytes::Bytes;
 use lanes_witness::Witness;
 use replication::{
-    Action, Alua, Event, HostError, MetaOp, Nanos, RaceOutcome, Replica, SharedOutcome, Token,
+    Action, Alua, CawOutcome, Event, HostError, MetaOp, Nanos, RaceOutcome, Replica, SharedOutcome,
+    Token,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -24,6 +25,19 @@ use crate::PairStatus;
 
 pub(crate) type Reply = SyncSender<Result<(), HostError>>;
 pub(crate) type SharedReply = SyncSender<Result<SharedOutcome, HostError>>;
+pub(crate) type CawReply = SyncSender<Result<CawOutcome, HostError>>;
+
+/// A host request beyond the core's in-flight limit, submitted as earlier ones complete.
+pub(crate) enum Queued {
+    Write(u64, u64, u32, bool, Bytes),
+    Caw {
+        id: u64,
+        lba: u64,
+        blocks: u32,
+        verify: Bytes,
+        write: Bytes,
+    },
+}
 
 /// Longest a read waits for the replica to be allowed to serve it.
 const READ_HOLD: Nanos = 30_000_000_000;
@@ -51,6 +65,14 @@ pub(crate) enum Input {
     Flush {
         reply: Reply,
     },
+    /// COMPARE AND WRITE (executed by the pair's leader; see `replication::node`).
+    Caw {
+        lba: u64,
+        blocks: u32,
+        verify: Bytes,
+        write: Bytes,
+        reply: CawReply,
+    },
     ReadCheck {
         reply: SyncSender<bool>,
     },
@@ -67,6 +89,7 @@ pub(crate) enum Input {
     },
     Applied(Token),
     ResyncRead(Token, Bytes),
+    CawRead(Token, Bytes),
     Fsynced(Token),
     LocalFailed(String),
     Persisted(Token),
@@ -100,8 +123,11 @@ pub(crate) struct Driver {
     pub acceptor: Option<JoinHandle<()>>,
     pub writes: HashMap<u64, Reply>,
     pub next_write: u64,
-    /// Host writes beyond the core's in-flight limit, submitted as earlier ones complete.
-    pub queued: VecDeque<(u64, u64, u32, bool, Bytes)>,
+    /// Host writes and CAWs beyond the core's in-flight limit, submitted as earlier ones
+    /// complete.
+    pub queued: VecDeque<Queued>,
+    /// COMPARE AND WRITEs in flight, by id (the same id space as writes).
+    pub caws: HashMap<u64, CawReply>,
     pub flushes: HashMap<u64, Reply>,
     pub next_flush: u64,
     pub local_io: usize,
@@ -180,6 +206,7 @@ impl Driver {
             h.abort();
         }
         self.writes.clear();
+        self.caws.clear();
         self.flushes.clear();
         self.shared.clear();
         self.queued.clear();
@@ -193,7 +220,12 @@ impl Driver {
         });
         while self.local_io > 0 {
             match self.inputs.recv().await {
-                Some(Input::Applied(_) | Input::ResyncRead(..) | Input::Fsynced(_))
+                Some(
+                    Input::Applied(_)
+                    | Input::ResyncRead(..)
+                    | Input::CawRead(..)
+                    | Input::Fsynced(_),
+                )
                 | Some(Input::LocalFailed(_)) => self.local_io -= 1,
                 Some(_) => {}
                 None => break,
@@ -226,10 +258,34 @@ impl Driver {
                 let id = self.next_write;
                 self.next_write += 1;
                 self.writes.insert(id, reply);
-                if self.writes.len() > r.config().max_inflight {
-                    self.queued.push_back((id, lba, blocks, fua, data));
+                if self.writes.len() + self.caws.len() > r.config().max_inflight {
+                    self.queued
+                        .push_back(Queued::Write(id, lba, blocks, fua, data));
                 } else {
                     r.submit_write(now, id, lba, blocks, fua, data);
+                }
+            }
+            Input::Caw {
+                lba,
+                blocks,
+                verify,
+                write,
+                reply,
+            } => {
+                let id = self.next_write;
+                self.next_write += 1;
+                self.caws.insert(id, reply);
+                if self.writes.len() + self.caws.len() > r.config().max_inflight {
+                    self.queued.push_back(Queued::Caw {
+                        id,
+                        lba,
+                        blocks,
+                        verify,
+                        write,
+                    });
+                } else {
+                    // Durability (FUA, write cache off) is the SCSI layer's flush after it.
+                    r.submit_caw(now, id, lba, blocks, false, verify, write);
                 }
             }
             Input::Flush { reply } => {
@@ -273,6 +329,10 @@ impl Driver {
             Input::ResyncRead(t, data) => {
                 self.local_io -= 1;
                 r.resync_read_done(now, t, data);
+            }
+            Input::CawRead(t, data) => {
+                self.local_io -= 1;
+                r.caw_read_done(now, t, data);
             }
             Input::Fsynced(t) => {
                 self.local_io -= 1;
@@ -379,6 +439,15 @@ impl Driver {
                     Ok(Input::ResyncRead(token, Bytes::from(buf)))
                 });
             }
+            Action::ReadForCaw { token, lba, blocks } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                let len = u64::from(blocks) * self.block_size;
+                self.blocking(move || {
+                    let mut buf = vec![0u8; len as usize];
+                    dev.read_at(&mut buf, off)?;
+                    Ok(Input::CawRead(token, Bytes::from(buf)))
+                });
+            }
             Action::Fsync { token } => {
                 let dev = self.local.clone();
                 self.blocking(move || {
@@ -395,10 +464,13 @@ impl Driver {
                 if let Some(reply) = self.writes.remove(&id) {
                     let _ = reply.try_send(result);
                 }
-                if let Some((id, lba, blocks, fua, data)) = self.queued.pop_front() {
-                    let now = self.now();
-                    self.replica.submit_write(now, id, lba, blocks, fua, data);
+                self.submit_queued();
+            }
+            Action::CawDone { id, result } => {
+                if let Some(reply) = self.caws.remove(&id) {
+                    let _ = reply.try_send(result);
                 }
+                self.submit_queued();
             }
             Action::AckFlush { id, result } => {
                 if let Some(reply) = self.flushes.remove(&id) {
@@ -450,6 +522,27 @@ impl Driver {
                     "split brain: the handshake found no safe sync source; resolve by hand"
                 ),
             },
+        }
+    }
+
+    /// A host request completed: submit the next one queued, if any.
+    fn submit_queued(&mut self) {
+        let now = self.now();
+        match self.queued.pop_front() {
+            Some(Queued::Write(id, lba, blocks, fua, data)) => {
+                self.replica.submit_write(now, id, lba, blocks, fua, data);
+            }
+            Some(Queued::Caw {
+                id,
+                lba,
+                blocks,
+                verify,
+                write,
+            }) => {
+                self.replica
+                    .submit_caw(now, id, lba, blocks, false, verify, write);
+            }
+            None => {}
         }
     }
 

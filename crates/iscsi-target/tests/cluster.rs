@@ -281,3 +281,78 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
     assert!(took < Duration::from_secs(18), "shutdown took {took:?}");
     writer.join().unwrap();
 }
+
+/// COMPARE AND WRITE(16) of one 512-byte block at `lba`.
+fn caw16(c: &mut Conn, lba: u64, verify: &[u8], write: &[u8]) -> ScsiResult {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x89;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[13] = 1;
+    let data = [verify, write].concat();
+    c.scsi(&cdb, data.len() as u32, Some(&data)).unwrap()
+}
+
+/// Two hosts, one session on each node, racing COMPARE AND WRITE on one block from the same
+/// expected content to different new content: one GOOD and one MISCOMPARE every round.
+#[test]
+fn caws_racing_through_both_nodes_have_one_winner_per_round() {
+    let etcd = Etcd::start();
+    let portals = [free_port(), free_port()];
+    let repl = [free_port(), free_port()];
+    let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
+    let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
+    wait_role(&node1, "Paired");
+    wait_role(&node2, "Paired");
+    let mut conns = [
+        Conn::login_to(node1.portals[0].1, &LoginOpts::normal()),
+        Conn::login_to(node2.portals[0].1, &LoginOpts::normal()),
+    ];
+    for c in &mut conns {
+        c.clear_unit_attentions();
+    }
+    const ROUNDS: u64 = 100;
+    const LBA: u64 = 300;
+    let mut current = vec![0u8; 512];
+    let mut wins = [0u64; 2];
+    for round in 0..ROUNDS {
+        let start = std::sync::Barrier::new(2);
+        let results: Vec<(ScsiResult, Vec<u8>)> = std::thread::scope(|s| {
+            let racers: Vec<_> = conns
+                .iter_mut()
+                .enumerate()
+                .map(|(n, c)| {
+                    let (start, verify) = (&start, &current);
+                    s.spawn(move || {
+                        let new = pattern(round << 8 | n as u64 | 1 << 40, 512);
+                        start.wait();
+                        (caw16(c, LBA, verify, &new), new)
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut winner = None;
+        for (n, (r, new)) in results.into_iter().enumerate() {
+            match (r.status, r.sense_triplet()) {
+                (0, _) => {
+                    assert!(winner.is_none(), "round {round}: both nodes' CAWs won");
+                    winner = Some(new);
+                    wins[n] += 1;
+                }
+                (2, Some((0x0E, 0x1D, 0))) => {}
+                other => panic!("round {round}: node {}'s CAW ended {other:?}", n + 1),
+            }
+        }
+        current = winner.unwrap_or_else(|| panic!("round {round}: no CAW won"));
+    }
+    println!(
+        "{ROUNDS} rounds: node 1 won {}, node 2 won {}",
+        wins[0], wins[1]
+    );
+    for c in &mut conns {
+        assert!(
+            c.read10(LBA as u32, 1) == current,
+            "a node reads another block"
+        );
+    }
+}

@@ -33,6 +33,20 @@ pub enum HostError {
     Invalid,
     #[error("aborted before it started")]
     Aborted,
+    /// A COMPARE AND WRITE forwarded to the peer, which was lost before its answer came: it
+    /// may or may not have written.
+    #[error("the peer was lost before the outcome was known")]
+    Indeterminate,
+}
+
+/// How a COMPARE AND WRITE ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CawOutcome {
+    /// The data matched and the new data is written (on both nodes, or on this one alone while
+    /// it holds the epoch).
+    Written,
+    /// The data differed first at this byte of the range; nothing was written.
+    Miscompare(u64),
 }
 
 /// Which host writes an abort covers.
@@ -87,6 +101,8 @@ pub enum Action {
     },
     /// Read blocks locally for resync; call `resync_read_done(token, data)`.
     ReadForResync { token: Token, lba: u64, blocks: u32 },
+    /// Read blocks locally for a COMPARE AND WRITE; call `caw_read_done(token, data)`.
+    ReadForCaw { token: Token, lba: u64, blocks: u32 },
     /// Make every completed local write durable; call `fsync_done(token)`.
     Fsync { token: Token },
     /// Append to the metadata journal; call `meta_persisted(token)` once this entry and all
@@ -96,6 +112,11 @@ pub enum Action {
     AckWrite {
         id: WriteId,
         result: Result<(), HostError>,
+    },
+    /// Complete a host COMPARE AND WRITE (`submit_caw`).
+    CawDone {
+        id: WriteId,
+        result: Result<CawOutcome, HostError>,
     },
     /// Complete a host SYNCHRONIZE CACHE.
     AckFlush {

@@ -55,6 +55,8 @@ fn type_code(body: &Body) -> u8 {
         Body::ResyncDone(_) => 12,
         Body::Shared(_) => 13,
         Body::SharedAck(_) => 14,
+        Body::Caw(_) => 15,
+        Body::CawResult(_) => 16,
     }
 }
 
@@ -140,6 +142,24 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Body::SharedAck(a) => {
             out.put_u64_le(a.id);
             out.put_u8(u8::from(a.accepted));
+        }
+        Body::Caw(c) => {
+            out.put_u64_le(c.id);
+            out.put_u64_le(c.lba);
+            out.put_u32_le(c.blocks);
+            out.put_u8(u8::from(c.fua));
+            put_data(out, &c.verify);
+            put_data(out, &c.write);
+        }
+        Body::CawResult(r) => {
+            out.put_u64_le(r.id);
+            let (status, offset) = match r.status {
+                CawStatus::Written => (0, 0),
+                CawStatus::Miscompare(i) => (1, i),
+                CawStatus::Refused => (2, 0),
+            };
+            out.put_u8(status);
+            out.put_u64_le(offset);
         }
     }
     let len = (out.len() - start - 4 + 4) as u32;
@@ -329,6 +349,26 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
             id: r.u64()?,
             accepted: r.flag("SharedAck accepted")?,
         }),
+        15 => Body::Caw(Caw {
+            id: r.u64()?,
+            lba: r.u64()?,
+            blocks: r.u32()?,
+            fua: r.flag("Caw fua")?,
+            verify: r.data()?,
+            write: r.data()?,
+        }),
+        16 => {
+            let id = r.u64()?;
+            let status = r.u8()?;
+            let offset = r.u64()?;
+            let status = match (status, offset) {
+                (0, 0) => CawStatus::Written,
+                (1, i) => CawStatus::Miscompare(i),
+                (2, 0) => CawStatus::Refused,
+                _ => return Err(DecodeError::Invalid("CawResult status")),
+            };
+            Body::CawResult(CawResult { id, status })
+        }
         t => return Err(DecodeError::UnknownType(t)),
     };
     if r.pos != r.end {

@@ -14,7 +14,9 @@ pub mod epoch;
 mod intervals;
 pub mod node;
 
-pub use action::{AbortScope, Action, Alua, Event, HostError, SharedOutcome, Token, WriteId};
+pub use action::{
+    AbortScope, Action, Alua, CawOutcome, Event, HostError, SharedOutcome, Token, WriteId,
+};
 pub use config::{Config, ConfigError, Nanos};
 pub use epoch::{EpochRecord, RaceOutcome};
 pub use node::{Replica, State, Stats};

@@ -185,6 +185,41 @@ pub struct SharedAck {
     pub accepted: bool,
 }
 
+/// A COMPARE AND WRITE the follower forwards to the leader, which executes every CAW of the
+/// pair (data channel).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caw {
+    /// The sender's identifier, echoed in the [`CawResult`].
+    pub id: u64,
+    pub lba: u64,
+    pub blocks: u32,
+    /// The new data must be durable when written (FUA, or write cache off).
+    pub fua: bool,
+    /// `blocks * block_size` bytes each.
+    pub verify: Bytes,
+    pub write: Bytes,
+}
+
+/// What the leader did with a forwarded [`Caw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CawStatus {
+    /// Matched; the new data is applied on both nodes.
+    Written,
+    /// Differed first at this byte; nothing written.
+    Miscompare(u64),
+    /// Not executed (the receiver does not lead the pair now, or had no room); nothing
+    /// written.
+    Refused,
+}
+
+/// Answers a [`Caw`] (data channel: it arrives after every write the leader sent before it,
+/// so the follower completes the CAW only once those are in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CawResult {
+    pub id: u64,
+    pub status: CawStatus,
+}
+
 /// A message body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -202,6 +237,8 @@ pub enum Body {
     ResyncDone(ResyncDone),
     Shared(Shared),
     SharedAck(SharedAck),
+    Caw(Caw),
+    CawResult(CawResult),
 }
 
 impl Body {
@@ -235,6 +272,8 @@ impl Body {
             Body::ResyncDone(_) => "ResyncDone",
             Body::Shared(_) => "Shared",
             Body::SharedAck(_) => "SharedAck",
+            Body::Caw(_) => "Caw",
+            Body::CawResult(_) => "CawResult",
         }
     }
 }
@@ -262,6 +301,7 @@ impl Message {
                 s.base,
                 s.payload.len()
             ),
+            Body::Caw(c) => format!("Caw id {} {}+{} fua {}", c.id, c.lba, c.blocks, c.fua),
             Body::Bitmap(b) => format!(
                 "Bitmap from word {} ({} words)",
                 b.first_word,

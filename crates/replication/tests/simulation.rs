@@ -25,13 +25,24 @@ fn run(seed: u64, faults: Faults, knobs: Knobs) -> Outcome {
 
 /// Run every seed; fail listing the seeds that broke an invariant.
 fn check_all(name: &str, salt: u64, default: u64, faults: Faults) {
+    check_all_with(name, salt, default, faults, Knobs::default());
+}
+
+fn check_all_with(name: &str, salt: u64, default: u64, faults: Faults, knobs: Knobs) {
     let mut failed = Vec::new();
     let (mut acked, mut reads, mut events, mut superseded, mut retried) = (0, 0, 0, 0, 0);
     let list = seeds(default);
+    let mut caw = sim::caw::CawStats::default();
     for &s in &list {
         let seed = s ^ salt;
-        let out = run(seed, faults, Knobs::default());
+        let out = run(seed, faults, knobs);
         acked += out.acked;
+        caw.written += out.caw.written;
+        caw.miscompared += out.caw.miscompared;
+        caw.failed += out.caw.failed;
+        caw.rounds += out.caw.rounds;
+        caw.won_once += out.caw.won_once;
+        caw.clean += out.caw.clean;
         reads += out.reads;
         events += out.events;
         superseded += out.superseded;
@@ -48,6 +59,16 @@ fn check_all(name: &str, salt: u64, default: u64, faults: Faults) {
         }
     }
     println!("{name}: {} seeds, {acked} writes acknowledged, {reads} block reads checked, {events} events, {superseded} superseded, {retried} retried", list.len());
+    if knobs.caws {
+        println!(
+            "{name}: CAWs {} written, {} miscompared, {} failed; {} rounds, {} without a failed CAW, {} with exactly one clean winner",
+            caw.written, caw.miscompared, caw.failed, caw.rounds, caw.clean, caw.won_once
+        );
+        assert!(
+            caw.written > 0 && caw.miscompared > 0 && caw.rounds > 0,
+            "{name}: the CAW workload did nothing"
+        );
+    }
     assert!(failed.is_empty(), "{name}: failing seeds {failed:?}");
     assert!(acked > 0 && reads > 0, "{name}: the workload did nothing");
 }
@@ -86,6 +107,66 @@ fn crashes_and_power_loss() {
 #[test]
 fn everything_at_once() {
     check_all("all", 0x4000, 1400, Faults::all());
+}
+
+fn caws() -> Knobs {
+    Knobs {
+        caws: true,
+        ..Knobs::default()
+    }
+}
+
+/// COMPARE AND WRITE from both nodes: rounds on one block (both nodes from the same expected
+/// version), random CAWs among plain writes elsewhere. Without faults every round has exactly
+/// one winner.
+#[test]
+fn caw_rounds_without_faults() {
+    let mut rounds = 0;
+    for s in seeds(150) {
+        let seed = s ^ 0x5000;
+        let out = run(seed, Faults::none(), caws());
+        assert!(
+            out.violations.is_empty(),
+            "seed {seed} (REPL_SEED={s}): {:#?}",
+            out.violations
+        );
+        // A CAW may still fail without faults: aborted by a LUN reset, or Busy.
+        assert_eq!(
+            out.caw.won_once, out.caw.clean,
+            "seed {seed}: {:?} {:#?}",
+            out.caw, out.odd_rounds
+        );
+        assert!(out.caw.clean > 50, "seed {seed}: {:?}", out.caw);
+        rounds += out.caw.clean;
+    }
+    println!(
+        "caw without faults: {rounds} rounds without a failed CAW, each with exactly one winner"
+    );
+}
+
+#[test]
+fn caws_with_network_chaos() {
+    let f = Faults {
+        net_chaos: true,
+        ..Faults::none()
+    };
+    check_all_with("caw chaos", 0x6000, 300, f, caws());
+}
+
+#[test]
+fn caws_with_partitions_and_store_outages() {
+    let f = Faults {
+        partition: true,
+        etcd_partition: true,
+        net_chaos: true,
+        ..Faults::none()
+    };
+    check_all_with("caw partitions", 0x7000, 400, f, caws());
+}
+
+#[test]
+fn caws_with_everything_at_once() {
+    check_all_with("caw all", 0x8000, 600, Faults::all(), caws());
 }
 
 /// The oracle is not vacuous: deliberate breakage is caught.

@@ -363,7 +363,9 @@ impl LogicalUnit {
             .device
             .compare_and_write(verify, write, r.lba * self.bs())
         {
-            return match done.map_err(|_| Sense::write_error())? {
+            // NotConnected (a replicated LUN that cannot serve, or lost its peer with the
+            // outcome unknown) is NOT READY, which the host retries.
+            return match done.map_err(|e| Sense::device(&e, Sense::write_error()))? {
                 Some(i) => Err(Sense::miscompare(i)),
                 None => {
                     drop(_guard);

@@ -91,6 +91,30 @@ fn body() -> impl Strategy<Value = Body> {
         }),
         (any::<u64>(), any::<bool>())
             .prop_map(|(id, accepted)| Body::SharedAck(SharedAck { id, accepted })),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>(),
+            data(),
+            data()
+        )
+            .prop_map(|(id, lba, blocks, fua, verify, write)| Body::Caw(Caw {
+                id,
+                lba,
+                blocks,
+                fua,
+                verify,
+                write,
+            })),
+        (any::<u64>(), 0u8..3, any::<u64>()).prop_map(|(id, k, i)| Body::CawResult(CawResult {
+            id,
+            status: [
+                CawStatus::Written,
+                CawStatus::Miscompare(i),
+                CawStatus::Refused
+            ][k as usize],
+        })),
     ]
 }
 
@@ -227,5 +251,72 @@ fn shared_messages_refuse_bad_fields() {
     assert_eq!(
         decode(&bad_flag),
         Err(DecodeError::Invalid("SharedAck accepted"))
+    );
+}
+
+#[test]
+fn caw_messages_refuse_bad_fields() {
+    let header = Header {
+        epoch: 2,
+        node: 1,
+        seq: 9,
+    };
+    let caw = Message {
+        header,
+        body: Body::Caw(Caw {
+            id: 4,
+            lba: 100,
+            blocks: 1,
+            fua: false,
+            verify: Bytes::from_static(b"old!"),
+            write: Bytes::from_static(b"new!"),
+        }),
+    };
+    let wire = encode_to_vec(&caw);
+    assert_eq!(decode(&Bytes::from(wire.clone())).unwrap().unwrap().0, caw);
+    // The fua flag sits after the head, id, lba and blocks.
+    let bad_fua = reframe(wire.clone(), |w| w[22 + 8 + 8 + 4] = 2);
+    assert_eq!(decode(&bad_fua), Err(DecodeError::Invalid("Caw fua")));
+    // The write payload's length beyond the frame.
+    let long = reframe(wire.clone(), |w| {
+        let at = 22 + 8 + 8 + 4 + 1 + 4 + 4;
+        w[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+    });
+    assert_eq!(decode(&long), Err(DecodeError::Truncated));
+    let trailing = reframe(wire, |w| w.push(0));
+    assert_eq!(decode(&trailing), Err(DecodeError::Trailing(1)));
+    for (status, offset) in [(0u8, 0u64), (1, 17), (2, 0)] {
+        let result = Message {
+            header,
+            body: Body::CawResult(CawResult {
+                id: 4,
+                status: match status {
+                    0 => CawStatus::Written,
+                    1 => CawStatus::Miscompare(offset),
+                    _ => CawStatus::Refused,
+                },
+            }),
+        };
+        let wire = encode_to_vec(&result);
+        assert_eq!(decode(&Bytes::from(wire)).unwrap().unwrap().0, result);
+    }
+    let result = Message {
+        header,
+        body: Body::CawResult(CawResult {
+            id: 4,
+            status: CawStatus::Written,
+        }),
+    };
+    let wire = encode_to_vec(&result);
+    // An unknown status, and an offset with a status that has none.
+    let bad_status = reframe(wire.clone(), |w| w[22 + 8] = 3);
+    assert_eq!(
+        decode(&bad_status),
+        Err(DecodeError::Invalid("CawResult status"))
+    );
+    let stray_offset = reframe(wire, |w| w[22 + 8 + 1] = 1);
+    assert_eq!(
+        decode(&stray_offset),
+        Err(DecodeError::Invalid("CawResult status"))
     );
 }

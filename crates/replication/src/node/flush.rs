@@ -189,7 +189,8 @@ impl Replica {
             self.unadmitted.push_back(slot);
             let covered = self.ops.get(slot).is_some_and(|o| match o.kind {
                 Kind::Own { id: w } => {
-                    o.phase == Phase::Unadmitted
+                    o.is_host()
+                        && o.phase == Phase::Unadmitted
                         && o.peer == PeerSide::None
                         && !o.retry
                         && covers(scope, w)
@@ -211,7 +212,11 @@ impl Replica {
             let (id, scope) = self.aborts[i];
             let pending = self.ops.occupied().any(|s| {
                 self.ops.get(s).is_some_and(|o| {
-                    matches!(o.kind, Kind::Own { id: w } if covers(scope, w)) && !o.host_done
+                    let id = match o.kind {
+                        Kind::Own { id } | Kind::Forwarded { id } if o.is_host() => Some(id),
+                        _ => None,
+                    };
+                    id.is_some_and(|w| covers(scope, w)) && !o.host_done
                 })
             });
             if pending {

@@ -164,6 +164,8 @@ impl Replica {
             Body::ResyncDone(d) => self.on_resync_done(now, d),
             Body::Shared(m) => self.on_shared(now, m),
             Body::SharedAck(a) => self.on_shared_ack(now, a),
+            Body::Caw(c) => self.on_caw(now, c),
+            Body::CawResult(r) => self.on_caw_result(now, r),
         }
     }
 
@@ -236,6 +238,7 @@ impl Replica {
         self.in_sync_due = None;
         self.stats.peer_lost += 1;
         self.event(Event::PeerLost);
+        self.caws_peer_lost();
         let next = match &self.state {
             State::Paired { .. }
             | State::ResyncSource {

@@ -25,6 +25,7 @@
 //! until it has been resynced. Every connection starts with a handshake that picks the sync
 //! source; the pair is `Paired` again once the source has copied every dirty region.
 
+mod caw;
 mod flush;
 mod link;
 mod ops;
@@ -119,6 +120,9 @@ pub struct Stats {
     pub resync_regions: u64,
     pub resync_blocks: u64,
     pub full_resyncs: u64,
+    /// COMPARE AND WRITEs this node executed (compared), and forwarded to the leader.
+    pub caws: u64,
+    pub caws_forwarded: u64,
 }
 
 /// One LUN's replica on one node.
@@ -151,6 +155,8 @@ pub struct Replica {
     last_sent_wseq: u64,
     last_peer_wseq: u64,
     acks_waiting: VecDeque<crate::wire::WriteAck>,
+    /// Wire id of the last CAW forwarded to the leader.
+    next_caw: u64,
     // Link.
     session: u64,
     peer_epoch: u64,
@@ -208,6 +214,7 @@ impl Replica {
             last_sent_wseq: 0,
             last_peer_wseq: 0,
             acks_waiting: VecDeque::with_capacity(slab),
+            next_caw: 0,
             session: 0,
             peer_epoch: 0,
             send_seq: [0; 2],

@@ -18,6 +18,38 @@ pub(crate) enum Kind {
     ResyncRead,
     /// Sync target: applying resync data.
     ResyncApply,
+    /// Follower: a host COMPARE AND WRITE forwarded to the leader. Unordered until its result
+    /// arrives; then ordered like a peer write and answered once every operation ordered
+    /// before it here is applied.
+    Forwarded { id: WriteId },
+}
+
+/// Where a COMPARE AND WRITE this node executes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CawOrigin {
+    /// A host of this node (`Kind::Own { id }` names it).
+    Host,
+    /// Forwarded by the follower: answered with a `CawResult { id: wire }` on `session`.
+    Peer { wire: u64, session: u64 },
+}
+
+/// Where a COMPARE AND WRITE stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CawStage {
+    /// Ordered (or waiting to be): its read compares when its turn comes.
+    Compare,
+    /// Matched: `Op::data` is being written like an own write.
+    Write,
+    /// Differed at this byte; nothing written (held while the epoch race runs).
+    Miscompare(u64),
+}
+
+/// The COMPARE AND WRITE part of an operation (rare: boxed, so plain writes stay small).
+#[derive(Debug, Clone)]
+pub(crate) struct CawPart {
+    pub(crate) origin: CawOrigin,
+    pub(crate) verify: Bytes,
+    pub(crate) stage: CawStage,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +102,8 @@ pub(crate) struct Op {
     pub(crate) host_done: bool,
     /// Peer connection this operation belongs to (peer writes, resync).
     pub(crate) session: u64,
+    /// A COMPARE AND WRITE this node executes (`Kind::Own`) or forwarded (`Kind::Forwarded`).
+    pub(crate) caw: Option<Box<CawPart>>,
 }
 
 impl Op {
@@ -96,6 +130,7 @@ impl Op {
             retry: false,
             host_done: false,
             session,
+            caw: None,
         }
     }
 
@@ -104,7 +139,28 @@ impl Op {
     }
 
     pub(crate) fn needs_al(&self) -> bool {
-        !matches!(self.kind, Kind::ResyncRead | Kind::Superseded { .. })
+        !matches!(
+            self.kind,
+            Kind::ResyncRead | Kind::Superseded { .. } | Kind::Forwarded { .. }
+        )
+    }
+
+    /// The COMPARE AND WRITE stage, if this is one this node executes.
+    pub(crate) fn caw_stage(&self) -> Option<CawStage> {
+        self.caw.as_ref().map(|c| c.stage)
+    }
+
+    /// Counted against this node's host requests in flight (own writes and CAWs of this
+    /// node's hosts, not CAWs the peer forwarded).
+    pub(crate) fn is_host(&self) -> bool {
+        match self.kind {
+            Kind::Own { .. } => self
+                .caw
+                .as_ref()
+                .is_none_or(|c| c.origin == CawOrigin::Host),
+            Kind::Forwarded { .. } => true,
+            _ => false,
+        }
     }
 }
 

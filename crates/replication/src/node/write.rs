@@ -27,11 +27,12 @@
 //! two channels may reorder freely against each other: the fence covers exactly that. So the
 //! leader's sequence of applied writes is the follower's with the refused writes left out, and
 //! every refused write is overwritten later in the follower's sequence (by the covering leader
-//! writes, or by its own retry): both end the same.
+//! writes, or by its own retry): both end the same. COMPARE AND WRITE (executed by the leader
+//! for both nodes) adds three rules to this one: see `node/caw.rs`.
 
 use bytes::Bytes;
 
-use super::ops::{Kind, Op, PeerSide, Phase};
+use super::ops::{CawStage, Kind, Op, PeerSide, Phase};
 use super::{Link, Replica, State};
 use crate::action::{Action, HostError, WriteId};
 use crate::al::Acquire;
@@ -156,8 +157,21 @@ impl Replica {
 
     fn try_admit(&mut self, slot: u32) -> bool {
         let mode = self.write_mode();
+        if self.caw_orphaned(slot) {
+            self.free(slot);
+            return true;
+        }
         if let Mode::Reject(e) = mode {
             self.fail_own(slot, e);
+            return true;
+        }
+        let caw = self.ops.get(slot).is_some_and(|o| o.caw.is_some());
+        if caw && mode == Mode::Hold {
+            // Executed by the race's winner (see `node/caw.rs`).
+            return false;
+        }
+        if caw && mode == Mode::Replicate && !self.leads() {
+            self.fail_own(slot, HostError::NotReady);
             return true;
         }
         if !self.al_ready(slot) {
@@ -167,11 +181,13 @@ impl Replica {
             return true;
         };
         let (lba, end) = (op.lba, op.end());
-        // A resync read in flight over these blocks must be sent before this write is.
-        let blocked = self
-            .set
-            .overlapping(lba, end)
-            .any(|o| self.ops.get(o).is_some_and(|o| o.kind == Kind::ResyncRead));
+        // A resync read in flight over these blocks must be sent before this write is; so must
+        // the write of a CAW ordered before it (whose read has not compared yet).
+        let blocked = self.set.overlapping(lba, end).any(|o| {
+            self.ops.get(o).is_some_and(|o| {
+                o.kind == Kind::ResyncRead || o.caw_stage() == Some(CawStage::Compare)
+            })
+        });
         if blocked {
             return false;
         }
@@ -185,6 +201,10 @@ impl Replica {
         op.order = order;
         op.phase = Phase::Waiting;
         op.retry = false;
+        if caw {
+            // Sent (or marked dirty) once its read has compared.
+            return true;
+        }
         match mode {
             Mode::Replicate => {
                 op.wseq = wseq;
@@ -237,6 +257,12 @@ impl Replica {
                 })
             });
             if earlier {
+                continue;
+            }
+            if op.caw_stage() == Some(CawStage::Compare)
+                || matches!(op.kind, Kind::Forwarded { .. })
+            {
+                self.start_caw(slot);
                 continue;
             }
             if let Kind::Superseded { wseq } = op.kind {
@@ -322,7 +348,7 @@ impl Replica {
                 }
                 self.free(slot);
             }
-            Kind::ResyncRead | Kind::Superseded { .. } => {}
+            Kind::ResyncRead | Kind::Superseded { .. } | Kind::Forwarded { .. } => {}
         }
         self.pump(now);
     }
@@ -359,7 +385,10 @@ impl Replica {
         if !complete {
             return;
         }
-        if !op.host_done {
+        if op.caw.is_some() {
+            let outcome = self.caw_outcome(slot);
+            self.caw_answer(slot, Ok(outcome));
+        } else if !op.host_done {
             self.actions
                 .push_back(Action::AckWrite { id, result: Ok(()) });
         }
@@ -368,6 +397,9 @@ impl Replica {
 
     /// Fail an own write to the host; it is retired once its local I/O (if any) is done.
     pub(super) fn fail_own(&mut self, slot: u32, e: HostError) {
+        if self.ops.get(slot).is_some_and(|o| o.caw.is_some()) {
+            self.caw_answer(slot, Err(e));
+        }
         let Some(op) = self.ops.get_mut(slot) else {
             return;
         };
@@ -398,7 +430,7 @@ impl Replica {
             self.al
                 .release(e0, e1, op.applied_at, matches!(op.kind, Kind::Own { .. }));
         }
-        if matches!(op.kind, Kind::Own { .. }) {
+        if op.is_host() {
             self.host_writes -= 1;
         }
     }
@@ -438,18 +470,24 @@ impl Replica {
         let mut status = WriteStatus::Applied;
         if leader {
             // Concurrent own writes overlapping it (sent after the peer last heard from us).
+            // A CAW's write never supersedes: its read did not see this write.
             self.scratch.clear();
+            let mut caw = false;
             for o in self.set.overlapping(w.lba, end) {
                 if let Some(op) = self.ops.get(o) {
-                    if matches!(op.kind, Kind::Own { .. })
+                    let concurrent = matches!(op.kind, Kind::Own { .. })
                         && matches!(op.peer, PeerSide::Sent | PeerSide::Acked)
-                        && w.seen < op.wseq
-                    {
+                        && w.seen < op.wseq;
+                    if concurrent {
                         self.scratch.push((op.lba.max(w.lba), op.end().min(end)));
                     }
+                    caw |= op.caw_stage() == Some(CawStage::Compare)
+                        || (concurrent && op.caw.is_some());
                 }
             }
-            if !self.scratch.is_empty() {
+            if caw {
+                status = WriteStatus::Retry;
+            } else if !self.scratch.is_empty() {
                 self.scratch.sort_unstable();
                 let mut covered_to = w.lba;
                 for &(s, e) in &self.scratch {

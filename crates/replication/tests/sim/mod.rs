@@ -3,6 +3,7 @@
 //! and partitions, a host workload, and faults (crash, power loss, pause, partitions). Virtual
 //! time; one seeded RNG; nothing real.
 
+pub mod caw;
 pub mod disk;
 pub mod oracle;
 mod world;

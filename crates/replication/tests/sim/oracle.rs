@@ -3,7 +3,7 @@
 //! Every written block carries `(write uid, block index, crc32c)`, so a block read back names
 //! the write it came from, and a torn or misplaced block is recognised.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const BLOCK: usize = 16;
 
@@ -56,6 +56,8 @@ pub struct Oracle {
     pub violations: Vec<String>,
     pub reads_checked: u64,
     pub acked: u64,
+    /// COMPARE AND WRITEs that miscompared: their data must never be found.
+    pub nowrite: BTreeSet<u64>,
 }
 
 impl Oracle {
@@ -114,6 +116,26 @@ impl Oracle {
         }
     }
 
+    /// When version `uid` was acknowledged (0, the initial zeros, at time 0).
+    pub fn acked_at(&self, uid: u64) -> Option<u64> {
+        if uid == 0 {
+            return Some(0);
+        }
+        match self.writes.get(&uid)?.done {
+            Some((t, true)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// `must_survive` by uid (the initial zeros always do, until overwritten).
+    pub fn must_survive_uid(&self, uid: u64, t: u64) -> bool {
+        uid == 0
+            || self
+                .writes
+                .get(&uid)
+                .is_some_and(|w| self.must_survive(w, t))
+    }
+
     /// Whether acknowledged write `w` must still be visible at time `t` (power losses forgive
     /// writes that were not yet durable).
     fn must_survive(&self, w: &WriteRec, t: u64) -> bool {
@@ -137,6 +159,12 @@ impl Oracle {
             self.violation(format!("{what}: torn block {b} at {t}"));
             return;
         };
+        if self.nowrite.contains(&uid) {
+            self.violation(format!(
+                "{what}: block {b} at {t} holds CAW {uid}, which miscompared"
+            ));
+            return;
+        }
         // When the found version completed (never: it may land any time).
         let completed = if uid == 0 {
             0

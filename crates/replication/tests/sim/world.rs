@@ -8,10 +8,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use replication::epoch::{in_sync_proposal, race_proposal};
 use replication::{
-    decode, encode_to_vec, AbortScope, Action, Channel, Config, EpochRecord, Meta, RaceOutcome,
-    Replica, State, Token,
+    decode, encode_to_vec, AbortScope, Action, CawOutcome, Channel, Config, EpochRecord, Meta,
+    RaceOutcome, Replica, State, Token,
 };
 
+use super::caw::{CawLog, CawStats, End};
 use super::disk::{Disk, MetaStore};
 use super::oracle::{block_bytes, Oracle, BLOCK};
 
@@ -61,6 +62,10 @@ pub struct Knobs {
     pub fake_race_wins_on_1: bool,
     /// Corrupt a block of node 1 after the run.
     pub corrupt_at_end: bool,
+    /// COMPARE AND WRITEs: random ones among the host's requests (blocks 1..), and rounds on
+    /// block 0 (both nodes at once, same expected version, different new data; plain writes
+    /// stay off block 0).
+    pub caws: bool,
     /// LUN size (default: random, small, so that writes overlap).
     pub lun_blocks: Option<u64>,
     /// One scripted fault instead of random ones.
@@ -89,6 +94,8 @@ pub struct Outcome {
     /// Blocks acknowledged by a node writing alone.
     pub alone_written: u64,
     pub full_resyncs: u64,
+    pub caw: CawStats,
+    pub odd_rounds: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -108,6 +115,7 @@ enum Ev {
         token: Token,
         lba: u64,
         blocks: u32,
+        caw: bool,
     },
     Fsync {
         n: usize,
@@ -153,6 +161,8 @@ enum Ev {
     Restart(usize),
     Heal,
     Script(Script),
+    /// Start the next CAW round.
+    Round,
 }
 
 struct Node {
@@ -199,6 +209,10 @@ pub struct World {
     events_run: u64,
     trace: bool,
     alone_written: u64,
+    pub caws: CawLog,
+    /// The round under way, and block 0's content after the last clean round.
+    round: Option<u64>,
+    round_value: Option<[u8; BLOCK]>,
 }
 
 fn config(node: u8, blocks: u64) -> Config {
@@ -266,6 +280,9 @@ impl World {
             events_run: 0,
             trace: std::env::var("REPL_TRACE").is_ok(),
             alone_written: 0,
+            caws: CawLog::default(),
+            round: None,
+            round_value: Some([0; BLOCK]),
         };
         for n in 0..2 {
             w.start(n);
@@ -274,6 +291,9 @@ impl World {
         w.at(MS, Ev::Reconnect);
         w.reconnect_pending = true;
         w.at(5 * MS, Ev::Host);
+        if knobs.caws {
+            w.at(20 * MS, Ev::Round);
+        }
         match knobs.script {
             Some(s) => {
                 let at = match s {
@@ -381,6 +401,8 @@ impl World {
             retried: stats.iter().map(|s| s.retried).sum(),
             alone_written: self.alone_written,
             full_resyncs: stats.iter().map(|s| s.full_resyncs).sum(),
+            caw: self.caws.stats(),
+            odd_rounds: self.caws.odd_rounds(),
         }
     }
 
@@ -418,6 +440,10 @@ impl World {
             }
             self.oracle.check_block(b, &x, t, "final");
         }
+        let last: Vec<u64> = (0..blocks)
+            .map(|b| super::oracle::parse_block(&self.nodes[0].disk.read(b)).map_or(0, |v| v.0))
+            .collect();
+        self.caws.check(&mut self.oracle, &last, t);
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -452,6 +478,7 @@ impl World {
                 token,
                 lba,
                 blocks,
+                caw,
             } => {
                 if self.nodes[n].inc != inc || !self.alive(n) {
                     return;
@@ -460,7 +487,11 @@ impl World {
                 for b in lba..lba + u64::from(blocks) {
                     v.extend_from_slice(&self.nodes[n].disk.read(b));
                 }
-                self.call(n, |r, now| r.resync_read_done(now, token, Bytes::from(v)));
+                if caw {
+                    self.call(n, |r, now| r.caw_read_done(now, token, Bytes::from(v)));
+                } else {
+                    self.call(n, |r, now| r.resync_read_done(now, token, Bytes::from(v)));
+                }
             }
             Ev::Fsync { n, inc, token } => {
                 if self.nodes[n].inc != inc || !self.alive(n) {
@@ -507,6 +538,7 @@ impl World {
                 }
             }
             Ev::Host => self.host_op(),
+            Ev::Round => self.start_round(),
             Ev::Script(Script::Partition { dur, .. }) => {
                 self.partitioned_until = self.now + dur * MS;
                 self.cut_with(false);
@@ -572,7 +604,8 @@ impl World {
                 Action::Send { .. }
                 | Action::Persist { .. }
                 | Action::Fsync { .. }
-                | Action::ReadForResync { .. } => {}
+                | Action::ReadForResync { .. }
+                | Action::ReadForCaw { .. } => {}
                 other => println!("{:>10.3} n{n} {:?}", self.now as f64 / 1e6, other),
             }
         }
@@ -624,8 +657,40 @@ impl World {
                         token,
                         lba,
                         blocks,
+                        caw: false,
                     },
                 );
+            }
+            Action::ReadForCaw { token, lba, blocks } => {
+                let d = self.rng.gen_range(20..2000) * US;
+                self.at(
+                    d,
+                    Ev::Read {
+                        n,
+                        inc,
+                        token,
+                        lba,
+                        blocks,
+                        caw: true,
+                    },
+                );
+            }
+            Action::CawDone { id, result } => {
+                self.nodes[n].inflight.retain(|&u| u != id);
+                let end = match result {
+                    Ok(CawOutcome::Written) => End::Written,
+                    Ok(CawOutcome::Miscompare(i)) => End::Miscompare(i),
+                    Err(_) => End::Failed,
+                };
+                if end == End::Written {
+                    if let Some(State::Alone { epoch }) =
+                        self.nodes[n].replica.as_ref().map(|r| r.state().clone())
+                    {
+                        self.oracle.alone_ack(epoch, n);
+                    }
+                }
+                self.caws.done(id, end, self.now, &mut self.oracle);
+                self.round_step();
             }
             Action::Fsync { token } => {
                 let d = self.rng.gen_range(100..4000) * US;
@@ -853,9 +918,12 @@ impl World {
         }
         let blocks = self.cfgs[0].lun_blocks;
         let roll = self.rng.gen_range(0..100);
-        if roll < 65 {
+        if self.knobs.caws && roll < 12 {
+            self.random_caw(n);
+        } else if roll < 65 {
             let len = self.rng.gen_range(1..=4u32);
-            let lba = self.rng.gen_range(0..=blocks - u64::from(len));
+            let first = u64::from(self.knobs.caws);
+            let lba = self.rng.gen_range(first..=blocks - u64::from(len));
             let fua = self.rng.gen_bool(0.1);
             let uid = self.next_uid;
             self.next_uid += 1;
@@ -991,5 +1059,99 @@ fn target(ev: &Ev) -> Option<usize> {
         | Ev::InSyncDone { n, .. } => Some(n),
         Ev::Deliver { to, .. } => Some(to),
         _ => None,
+    }
+}
+
+impl World {
+    /// A CAW of 1 or 2 blocks (past block 0) expecting what node `n`'s disk holds now, as a
+    /// host that read before it would.
+    fn random_caw(&mut self, n: usize) {
+        let blocks = self.cfgs[0].lun_blocks;
+        let len = self.rng.gen_range(1..=2u32);
+        let lba = self.rng.gen_range(1..=blocks - u64::from(len));
+        let now = self.now;
+        if !self.nodes[n]
+            .replica
+            .as_ref()
+            .is_some_and(|r| r.read_allowed(now))
+        {
+            return;
+        }
+        let verify: Vec<[u8; BLOCK]> = (lba..lba + u64::from(len))
+            .map(|b| self.nodes[n].disk.read(b))
+            .collect();
+        self.submit_caw(n, lba, &verify, None);
+    }
+
+    fn submit_caw(&mut self, n: usize, lba: u64, verify: &[[u8; BLOCK]], round: Option<u64>) {
+        let Some(expected) = super::caw::versions(verify.iter().copied()) else {
+            return; // a torn block: the oracle reports it elsewhere
+        };
+        let len = verify.len() as u32;
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let mut data = Vec::with_capacity(len as usize * BLOCK);
+        for i in 0..len {
+            data.extend_from_slice(&block_bytes(uid, i));
+        }
+        let fua = self.rng.gen_bool(0.1);
+        self.oracle.submit(uid, n, lba, len, fua, self.now);
+        self.caws.submit(uid, lba, expected, self.now, round);
+        self.nodes[n].inflight.push(uid);
+        let verify = Bytes::from(verify.concat());
+        let data = Bytes::from(data);
+        self.call(n, |r, now| {
+            r.submit_caw(now, uid, lba, len, fua, verify, data)
+        });
+    }
+
+    /// Both nodes CAW block 0 from the same expected content to different new data.
+    fn start_round(&mut self) {
+        if self.now >= self.load_until {
+            return;
+        }
+        let now = self.now;
+        let serving: Vec<usize> = (0..2)
+            .filter(|&n| self.alive(n) && self.nodes[n].paused_until <= now)
+            .collect();
+        let (expected, certain) = match self.round_value {
+            Some(v) => (Some(v), true),
+            None => {
+                let reader = serving.iter().copied().find(|&n| {
+                    self.nodes[n]
+                        .replica
+                        .as_ref()
+                        .is_some_and(|r| r.read_allowed(now))
+                });
+                (reader.map(|n| self.nodes[n].disk.read(0)), false)
+            }
+        };
+        let Some(expected) = expected.filter(|_| !serving.is_empty()) else {
+            self.at(20 * MS, Ev::Round);
+            return;
+        };
+        let r = self.caws.rounds.len() as u64;
+        self.caws.rounds.entry(r).or_default().certain = certain;
+        // Registered first, answered (maybe at once) after: the round is over when both are.
+        self.round = None;
+        for n in serving {
+            self.submit_caw(n, 0, &[expected], Some(r));
+        }
+        self.round = Some(r);
+        self.round_step();
+    }
+
+    /// After an answer: once the round under way is over, remember block 0's content if
+    /// exactly one CAW won cleanly, and start the next round soon.
+    fn round_step(&mut self) {
+        let Some(r) = self.round else { return };
+        let (over, winner) = self.caws.round_over(r);
+        if !over {
+            return;
+        }
+        self.round = None;
+        self.round_value = winner.map(|w| block_bytes(w, 0));
+        let d = self.rng.gen_range(0..3000) * US;
+        self.at(d, Ev::Round);
     }
 }
