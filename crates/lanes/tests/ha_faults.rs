@@ -9,12 +9,16 @@
 //! sampled from their status); at the end every block reads back as last acknowledged and both
 //! backing files are identical. Meanwhile a second host registers reservation keys through the
 //! node a fault spares (ha_rig/pr_probe.rs): after each heal all four paths must report the same
-//! registrations, holding every key that was answered GOOD.
+//! registrations, holding every key that was answered GOOD. And after each heal a third host
+//! races COMPARE AND WRITEs through both nodes on one block (ha_rig/caw_probe.rs): exactly one
+//! winner per round, its value read back through both nodes.
 //!
 //! `LANES_HA_FAULTS` sets the number of faults (default 100: the test command); the campaign
 //! script `bench/ha-faults` runs 1,000. Needs root, ip, tc and etcd (fails, not skips, without
 //! them). Traffic stays inside the lab's namespaces.
 
+#[path = "ha_rig/caw_probe.rs"]
+mod caw_probe;
 mod ha_rig;
 #[path = "ha_rig/oracle.rs"]
 mod oracle;
@@ -26,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use caw_probe::CawProbe;
 use ha_rig::*;
 use lanes_test_support::serve::Signal;
 use oracle::Slot;
@@ -51,6 +56,8 @@ enum Fault {
 }
 
 const KINDS: usize = 8;
+/// COMPARE AND WRITE rounds raced through both nodes after each fault.
+const CAW_ROUNDS: u64 = 10;
 
 impl Fault {
     fn nth(i: usize) -> Fault {
@@ -252,6 +259,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
         Default::default();
     let campaign = Instant::now();
     let mut probe = PrProbe::default();
+    let mut caw = CawProbe::default();
     for i in 0..faults {
         let fault = Fault::nth(i);
         *load.worst.lock().unwrap() = Duration::ZERO;
@@ -333,7 +341,14 @@ fn faults_under_load_lose_no_acknowledged_write() {
             (p, r)
         });
         probe = p;
-        if let Err(why) = checked {
+        // COMPARE AND WRITE rounds through both nodes.
+        let mut c = std::mem::take(&mut caw);
+        let (c, raced) = rig.in_host(async move {
+            let r = c.race(i, CAW_ROUNDS).await;
+            (c, r)
+        });
+        caw = c;
+        for why in [checked.err(), raced.err()].into_iter().flatten() {
             load.violations
                 .lock()
                 .unwrap()
@@ -360,11 +375,13 @@ fn faults_under_load_lose_no_acknowledged_write() {
     });
     println!(
         "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
-         {} reservation changes ({} not answered GOOD), registrations identical on all 4 paths after every fault",
+         {} reservation changes ({} not answered GOOD), registrations identical on all 4 paths after every fault; \
+         {} COMPARE AND WRITE rounds through both nodes, one winner each",
         campaign.elapsed(),
         load.done.load(Ordering::Relaxed),
         probe.changes,
         probe.unanswered,
+        caw.rounds,
     );
     for (kind, (n, worst, heal)) in &per_kind {
         println!("  {kind:28} {n:4} faults, longest request {worst:?}, longest heal (Paired, 4 paths) {heal:?}");

@@ -1,0 +1,150 @@
+//! The fault campaign's COMPARE AND WRITE check: a third host races COMPARE AND WRITEs
+//! through node 1 and node 2 at once on one block (VMware ATS-style: both expect the block's
+//! current value, each writes its own new value). Per round exactly one may win; the loser
+//! must see MISCOMPARE, and the block then holds the winner's value on every path.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use lanes_initiator::{LoginOptions, Session};
+
+use super::pr_probe::PORTALS;
+use super::{BS, TARGET};
+
+const RACER: &str = "iqn.2026-11.io.lanes:lab-caw-racer";
+/// The block the racers share: past the load's slots.
+pub const LBA: u64 = 4000;
+const BOUND: Duration = Duration::from_secs(4);
+
+/// What one COMPARE AND WRITE came back with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Written,
+    Miscompare,
+    Other,
+}
+
+/// The racers' state across the campaign.
+#[derive(Default)]
+pub struct CawProbe {
+    /// The value the block holds (a round counter tagged with the winner), 0 = never written.
+    current: u64,
+    pub rounds: u64,
+}
+
+fn value_block(v: u64) -> Bytes {
+    let mut b = vec![0u8; BS];
+    for chunk in b.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    Bytes::from(b)
+}
+
+async fn login(portal: &str) -> Result<Session, String> {
+    let addr: SocketAddr = portal.parse().unwrap();
+    match tokio::time::timeout(
+        BOUND,
+        Session::login(addr, TARGET, &LoginOptions::new(RACER)),
+    )
+    .await
+    {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(format!("login to {portal}: {e}")),
+        Err(_) => Err(format!("login to {portal}: timed out")),
+    }
+}
+
+async fn compare_and_write(s: &Session, expect: u64, new: u64) -> Outcome {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x89;
+    cdb[2..10].copy_from_slice(&LBA.to_be_bytes());
+    cdb[13] = 1;
+    let mut data = Vec::with_capacity(2 * BS);
+    data.extend_from_slice(&value_block(expect));
+    data.extend_from_slice(&value_block(new));
+    for _ in 0..8 {
+        let r = tokio::time::timeout(BOUND, s.execute(cdb, 0, Some(Bytes::from(data.clone()))));
+        let o = match r.await {
+            Ok(Ok(o)) => o,
+            _ => return Outcome::Other,
+        };
+        match (o.response, o.status, o.sense_triplet().map(|t| t.0)) {
+            (0, 0, _) => return Outcome::Written,
+            (0, 2, Some(6)) => continue, // unit attention: reported once, send again
+            (0, 2, Some(0x0E)) => return Outcome::Miscompare,
+            _ => return Outcome::Other,
+        }
+    }
+    Outcome::Other
+}
+
+async fn read_value(s: &Session) -> Result<u64, String> {
+    for _ in 0..8 {
+        match tokio::time::timeout(BOUND, s.read(LBA, 1)).await {
+            Ok(Ok(b)) => {
+                let v = u64::from_le_bytes(b[..8].try_into().unwrap());
+                if b.chunks_exact(8).any(|c| c != &b[..8]) {
+                    return Err(format!("block {LBA} torn: {:?}...", &b[..24]));
+                }
+                return Ok(v);
+            }
+            Ok(Err(lanes_initiator::Error::Scsi {
+                sense: Some((6, _, _)),
+                ..
+            })) => continue,
+            Ok(Err(e)) => return Err(format!("read: {e}")),
+            Err(_) => return Err("read timed out".into()),
+        }
+    }
+    Err("read: unit attentions without end".into())
+}
+
+impl CawProbe {
+    /// `rounds` races through a portal of each node (both Paired); `Err` names a violation.
+    pub async fn race(&mut self, seed: usize, rounds: u64) -> Result<(), String> {
+        let a = login(PORTALS[seed % 2].0).await?;
+        let b = login(PORTALS[2 + (seed / 2) % 2].0).await?;
+        let result = self.rounds_on(&a, &b, rounds).await;
+        for s in [a, b] {
+            let _ = tokio::time::timeout(BOUND, s.logout()).await;
+        }
+        result
+    }
+
+    async fn rounds_on(&mut self, a: &Session, b: &Session, rounds: u64) -> Result<(), String> {
+        for _ in 0..rounds {
+            self.rounds += 1;
+            let r = self.rounds;
+            let (va, vb) = (r << 1, (r << 1) | 1);
+            let (oa, ob) = tokio::join!(
+                compare_and_write(a, self.current, va),
+                compare_and_write(b, self.current, vb)
+            );
+            let won = match (oa, ob) {
+                (Outcome::Written, Outcome::Miscompare) => va,
+                (Outcome::Miscompare, Outcome::Written) => vb,
+                (Outcome::Written, Outcome::Written) => {
+                    return Err(format!(
+                        "round {r}: COMPARE AND WRITE won through node 1 and node 2 alike"
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "round {r}: outcomes {other:?} (one winner expected)"
+                    ))
+                }
+            };
+            for (node, s) in [(1, a), (2, b)] {
+                let seen = read_value(s).await?;
+                if seen != won {
+                    return Err(format!(
+                        "round {r}: node {node} reads {seen:#x}, the winner wrote {won:#x}"
+                    ));
+                }
+            }
+            self.current = won;
+        }
+        Ok(())
+    }
+}
