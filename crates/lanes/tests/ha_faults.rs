@@ -366,6 +366,14 @@ fn faults_under_load_lose_no_acknowledged_write() {
             "fault {i} ({fault:?}): {} errors, violations {violations:?}",
             load.errors.load(Ordering::Relaxed)
         );
+        if (i + 1) % 100 == 0 {
+            println!(
+                "progress: {} faults in {:?}, {} requests, 0 errors, 0 violations so far",
+                i + 1,
+                campaign.elapsed(),
+                load.done.load(Ordering::Relaxed)
+            );
+        }
     }
     load.stop.store(true, Ordering::Relaxed);
     rig.in_host(async move {
