@@ -53,6 +53,7 @@ fn bench_reads_and_writes_with_verify() {
         assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
         assert!(r["mb_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
         assert!(r["lat_p99_us"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        assert!(r["lat_p50_us"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
         assert_eq!(r["verify_errors"], 0, "{r}");
     }
     assert!(results[0]["writes"].as_u64().unwrap_or(0) > 0);

@@ -264,6 +264,7 @@ impl Outcome {
             "iops": self.iops(),
             "mb_per_s": self.mb_per_s(),
             "lat_avg_us": h.mean_ns() / 1e3,
+            "lat_p50_us": h.quantile_ns(0.5) as f64 / 1e3,
             "lat_p99_us": h.quantile_ns(0.99) as f64 / 1e3,
             "lat_max_us": h.max_ns as f64 / 1e3,
             "cpu_user_s": self.cpu.user_s,
