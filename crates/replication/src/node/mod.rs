@@ -123,7 +123,7 @@ pub struct Stats {
     /// Blocks whose data this node sent as sync source (whole dirty regions, and suspect
     /// blocks whose checksums differed).
     pub resync_blocks: u64,
-    /// Suspect blocks this node compared by checksum as sync source (4 bytes each sent).
+    /// Suspect blocks this node compared by checksum as sync source (8 bytes each sent).
     pub resync_compared_blocks: u64,
     pub full_resyncs: u64,
     /// COMPARE AND WRITEs this node executed (compared), and forwarded to the leader.
