@@ -40,6 +40,17 @@ async fn writes_on_one_node_are_on_both_disks_and_readable_on_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer() {
+    survivor_resyncs_returning_peer(false).await;
+}
+
+/// As above, but node 1 had applied a write node 0 never got when it stopped: the block,
+/// inside node 1's activity-log extent, differs and is copied back from node 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_only_the_crashed_node_applied_is_copied_back_on_return() {
+    survivor_resyncs_returning_peer(true).await;
+}
+
+async fn survivor_resyncs_returning_peer(stray_write: bool) {
     let pair = Pair::new();
     let (a, b) = (pair.start(0), pair.start(1));
     paired([&a, &b]).await;
@@ -50,6 +61,14 @@ async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer
     }
     // Node 1 goes away; a write right after must be acknowledged once node 0 won the epoch.
     b.lun.shutdown().await;
+    // A block inside node 1's activity-log extent (0..1024) that nobody writes below.
+    let stray = 1021;
+    if stray_write {
+        // What a crash between node 1's local apply and its send leaves behind.
+        pair.disks[1]
+            .write_at(&pattern(77, BS as usize), stray * BS)
+            .unwrap();
+    }
     let t = Instant::now();
     write(&a.dev, 500, pattern(1000, BS as usize))
         .await
@@ -78,17 +97,20 @@ async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer
     // Node 1 comes back on its own files: it is resynced and serves again.
     let b = pair.start(1);
     paired([&a, &b]).await;
-    let resync = a.lun.status().stats.resync_blocks;
+    let stats = a.lun.status().stats;
+    let (resync, compared) = (stats.resync_blocks, stats.resync_compared_blocks);
     println!(
-        "resync: {resync} blocks copied for {alone_blocks} blocks written alone ({dirty} distinct)"
+        "resync: {resync} blocks copied, {compared} compared by checksum, for {alone_blocks} \
+         blocks written alone ({dirty} distinct)"
     );
     // Node 1 stopped as if it crashed: the activity-log extent its last writes touched (blocks
-    // 0..1024, one extent) is resynced as well as what node 0 wrote alone.
+    // 0..1024, one extent) is compared block by block, except its blocks node 0 wrote alone
+    // (dirty, copied whole); only a block that differs there is copied.
     let al_extent = replication::Config::new(0, 0, BLOCKS).al_extent_blocks;
-    assert!(
-        resync >= dirty && resync <= dirty + al_extent,
-        "resync {resync} blocks, dirty {dirty}"
-    );
+    assert!(!distinct.contains(&stray));
+    let dirty_in_extent = distinct.iter().filter(|&&b| b < al_extent).count() as u64;
+    assert_eq!(compared, al_extent - dirty_in_extent, "resync {stats:?}");
+    assert_eq!(resync, dirty + u64::from(stray_write), "resync {stats:?}");
     flush(&a.dev).await.unwrap();
     let [d0, d1] = pair.local_images();
     assert_eq!(checksum(&d0), checksum(&d1), "disks differ after resync");
@@ -96,6 +118,11 @@ async fn the_survivor_wins_the_race_goes_on_alone_and_resyncs_its_returning_peer
     // And node 1 serves the data written while it was away.
     let got = read(&b.dev, 500, 1).await.unwrap();
     assert!(got == pattern(1000, BS as usize));
+    let got = read(&b.dev, stray, 1).await.unwrap();
+    assert!(
+        got == vec![0u8; BS as usize],
+        "node 1 kept a write node 0 never had"
+    );
     // The sync source cleared the marks in etcd: either node may win a later race.
     let witness = lanes_witness::Witness::new(pair.config(1).witness);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -16,7 +16,7 @@ use crate::meta::Generations;
 use crate::wire::*;
 
 /// Wire protocol version (in [`Hello`]).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The largest frame accepted (length field), 64 MiB.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// Bytes before the body: length, type, epoch, node, sequence.
@@ -57,6 +57,9 @@ fn type_code(body: &Body) -> u8 {
         Body::SharedAck(_) => 14,
         Body::Caw(_) => 15,
         Body::CawResult(_) => 16,
+        Body::Suspect(_) => 17,
+        Body::ResyncSums(_) => 18,
+        Body::ResyncDiffer(_) => 19,
     }
 }
 
@@ -90,12 +93,23 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.put_u32_le(h.region_blocks);
             out.put_u64_le(h.next_wseq);
         }
-        Body::Bitmap(b) => {
-            out.put_u64_le(b.first_word);
-            out.put_u32_le(b.words.len() as u32);
-            for w in &b.words {
+        Body::Bitmap(Bitmap { first_word, words })
+        | Body::Suspect(Suspect { first_word, words }) => {
+            out.put_u64_le(*first_word);
+            out.put_u32_le(words.len() as u32);
+            for w in words {
                 out.put_u64_le(*w);
             }
+        }
+        Body::ResyncSums(r) => {
+            out.put_u64_le(r.lba);
+            out.put_u32_le(r.blocks);
+            put_data(out, &r.sums);
+        }
+        Body::ResyncDiffer(r) => {
+            out.put_u64_le(r.lba);
+            out.put_u32_le(r.blocks);
+            put_data(out, &r.differ);
         }
         Body::BitmapEnd(b) => out.put_u64_le(b.set_bits),
         Body::Write(w) => {
@@ -289,7 +303,7 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
                 next_wseq: r.u64()?,
             })
         }
-        2 => {
+        2 | 17 => {
             let first_word = r.u64()?;
             let n = r.u32()? as usize;
             if n > (r.end - r.pos) / 8 {
@@ -299,7 +313,11 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
             for _ in 0..n {
                 words.push(r.u64()?);
             }
-            Body::Bitmap(Bitmap { first_word, words })
+            if ty == 2 {
+                Body::Bitmap(Bitmap { first_word, words })
+            } else {
+                Body::Suspect(Suspect { first_word, words })
+            }
         }
         3 => Body::BitmapEnd(BitmapEnd { set_bits: r.u64()? }),
         4 => Body::Write(Write {
@@ -369,6 +387,16 @@ pub fn decode(buf: &Bytes) -> Result<Option<(Message, usize)>, DecodeError> {
             };
             Body::CawResult(CawResult { id, status })
         }
+        18 => Body::ResyncSums(ResyncSums {
+            lba: r.u64()?,
+            blocks: r.u32()?,
+            sums: r.data()?,
+        }),
+        19 => Body::ResyncDiffer(ResyncDiffer {
+            lba: r.u64()?,
+            blocks: r.u32()?,
+            differ: r.data()?,
+        }),
         t => return Err(DecodeError::UnknownType(t)),
     };
     if r.pos != r.end {

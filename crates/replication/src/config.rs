@@ -24,9 +24,10 @@ pub struct Config {
     /// 16x for 4 KiB random writes). The price is memory: 32 MiB of bitmap per TiB.
     pub region_blocks: u32,
     /// Activity-log extent size in blocks (default 4 MiB). After a crash every AL extent is
-    /// resynced, so this times `al_slots` bounds the crash resync.
+    /// compared by checksum with the peer (only differing blocks are copied), so this times
+    /// `al_slots` bounds what a crash costs to read.
     pub al_extent_blocks: u64,
-    /// Activity-log slots (default 127: at most 508 MiB resynced after a crash).
+    /// Activity-log slots (default 127: at most 508 MiB compared after a crash).
     pub al_slots: usize,
     /// Most host writes in flight at once on this node (more are refused as busy).
     pub max_inflight: usize,

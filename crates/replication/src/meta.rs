@@ -13,7 +13,9 @@
 //!   apply happens only once its extents are in the durable AL; an extent leaves the AL only
 //!   after a local fsync has covered every write to it. After a crash, whatever the node might
 //!   have applied without the peer (or the peer without it) lies inside an AL extent, so the
-//!   node merges the AL into its bitmap at start and resyncs just those extents.
+//!   node merges the AL into its bitmap at start; those regions are only *suspect* (kept
+//!   apart in memory) and resync compares them by checksum, copying just the blocks that
+//!   differ.
 //! - **Generation identifiers** decide at reconnect which side is the sync source and whether
 //!   the bitmap is enough (partial resync) or everything must be copied (full resync).
 

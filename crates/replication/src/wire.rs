@@ -72,6 +72,19 @@ pub struct BitmapEnd {
     pub set_bits: u64,
 }
 
+/// A chunk of the sender's *suspect* regions (handshake, after its [`Bitmap`] and before
+/// [`BitmapEnd`]): regions set in its bitmap only because they lay in an activity-log extent
+/// when it crashed. They may differ from the peer or not; the sync source compares them by
+/// checksum ([`ResyncSums`]) instead of copying them. Bits outside the sender's bitmap are
+/// ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suspect {
+    /// Index of the first 64-bit word.
+    pub first_word: u64,
+    /// Little-endian words.
+    pub words: Vec<u64>,
+}
+
 /// A replicated host write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -143,6 +156,26 @@ pub struct ResyncData {
 pub struct ResyncAck {
     pub lba: u64,
     pub blocks: u32,
+}
+
+/// Checksums of suspect blocks, from the sync source (data channel, in order with its writes
+/// and resync data): for each block of `lba .. lba + blocks`, the first 8 bytes of its
+/// SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResyncSums {
+    pub lba: u64,
+    pub blocks: u32,
+    pub sums: Bytes,
+}
+
+/// The sync target compared a [`ResyncSums`] against its blocks (control channel): bit `i`
+/// of `differ` (byte `i / 8`, bit `i % 8`) set means block `lba + i` differs and must be
+/// copied; `blocks.div_ceil(8)` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResyncDiffer {
+    pub lba: u64,
+    pub blocks: u32,
+    pub differ: Bytes,
 }
 
 /// Resync finished: the target is up to date and takes these generation identifiers.
@@ -239,6 +272,9 @@ pub enum Body {
     SharedAck(SharedAck),
     Caw(Caw),
     CawResult(CawResult),
+    Suspect(Suspect),
+    ResyncSums(ResyncSums),
+    ResyncDiffer(ResyncDiffer),
 }
 
 impl Body {
@@ -250,6 +286,7 @@ impl Body {
             | Body::HeartbeatAck(_)
             | Body::FlushAck(_)
             | Body::ResyncAck(_)
+            | Body::ResyncDiffer(_)
             | Body::SharedAck(_) => Channel::Control,
             _ => Channel::Data,
         }
@@ -274,6 +311,9 @@ impl Body {
             Body::SharedAck(_) => "SharedAck",
             Body::Caw(_) => "Caw",
             Body::CawResult(_) => "CawResult",
+            Body::Suspect(_) => "Suspect",
+            Body::ResyncSums(_) => "ResyncSums",
+            Body::ResyncDiffer(_) => "ResyncDiffer",
         }
     }
 }
@@ -294,6 +334,12 @@ impl Message {
                 w.wseq, w.seen, w.lba, w.blocks, w.fua
             ),
             Body::ResyncData(d) => format!("ResyncData {}+{}", d.lba, d.blocks),
+            Body::ResyncSums(d) => format!("ResyncSums {}+{}", d.lba, d.blocks),
+            Body::Suspect(b) => format!(
+                "Suspect from word {} ({} words)",
+                b.first_word,
+                b.words.len()
+            ),
             Body::Shared(s) => format!(
                 "Shared id {} {:?} base {} ({} bytes)",
                 s.id,

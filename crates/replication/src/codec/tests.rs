@@ -115,6 +115,17 @@ fn body() -> impl Strategy<Value = Body> {
                 CawStatus::Refused
             ][k as usize],
         })),
+        (any::<u64>(), proptest::collection::vec(any::<u64>(), 0..8))
+            .prop_map(|(first_word, words)| Body::Suspect(Suspect { first_word, words })),
+        (any::<u64>(), any::<u32>(), data())
+            .prop_map(|(lba, blocks, sums)| Body::ResyncSums(ResyncSums { lba, blocks, sums })),
+        (any::<u64>(), any::<u32>(), data()).prop_map(|(lba, blocks, differ)| {
+            Body::ResyncDiffer(ResyncDiffer {
+                lba,
+                blocks,
+                differ,
+            })
+        }),
     ]
 }
 

@@ -7,7 +7,7 @@ use crate::action::{Action, Event, HostError};
 use crate::config::Nanos;
 use crate::epoch::RaceOutcome;
 use crate::meta::{self, fresh_generation, MetaOp};
-use crate::wire::{Bitmap, BitmapEnd, Body, Heartbeat, HeartbeatAck, Message};
+use crate::wire::{Bitmap, BitmapEnd, Body, Heartbeat, HeartbeatAck, Message, Suspect};
 
 /// Words per `Bitmap` message.
 const BITMAP_CHUNK: usize = 512;
@@ -32,6 +32,7 @@ impl Replica {
         self.link = Link::Handshake {
             hello: None,
             bits: vec![0; self.bitmap.len()],
+            suspect: vec![0; self.bitmap.len()],
         };
         // Writes queued while suspended would be dirtied after our bitmap is sent: refuse.
         if matches!(self.state, State::Suspended { .. }) {
@@ -57,6 +58,18 @@ impl Replica {
             if self.bitmap[first..first + n].iter().any(|&w| w != 0) {
                 let words = self.bitmap[first..first + n].to_vec();
                 self.send(Body::Bitmap(Bitmap {
+                    first_word: first as u64,
+                    words,
+                }));
+            }
+            first += n;
+        }
+        let mut first = 0;
+        while first < words {
+            let n = BITMAP_CHUNK.min(words - first);
+            if self.suspect[first..first + n].iter().any(|&w| w != 0) {
+                let words = self.suspect[first..first + n].to_vec();
+                self.send(Body::Suspect(Suspect {
                     first_word: first as u64,
                     words,
                 }));
@@ -109,7 +122,7 @@ impl Replica {
         self.last_heard = now;
         let handshake_msg = matches!(
             msg.body,
-            Body::Hello(_) | Body::Bitmap(_) | Body::BitmapEnd(_)
+            Body::Hello(_) | Body::Bitmap(_) | Body::Suspect(_) | Body::BitmapEnd(_)
         );
         let heartbeat = matches!(msg.body, Body::Heartbeat(_) | Body::HeartbeatAck(_));
         match self.link {
@@ -138,7 +151,8 @@ impl Replica {
         }
         match msg.body {
             Body::Hello(h) => self.on_hello(now, msg.header.epoch, h),
-            Body::Bitmap(b) => self.on_bitmap(now, b),
+            Body::Bitmap(b) => self.on_bitmap(now, b.first_word, b.words, false),
+            Body::Suspect(b) => self.on_bitmap(now, b.first_word, b.words, true),
             Body::BitmapEnd(b) => self.on_bitmap_end(now, b),
             Body::Write(w) => self.on_write(now, w),
             Body::WriteAck(a) => self.on_write_ack(now, a),
@@ -161,6 +175,8 @@ impl Replica {
             Body::FlushAck(f) => self.on_flush_ack(now, f),
             Body::ResyncData(d) => self.on_resync_data(now, d),
             Body::ResyncAck(a) => self.on_resync_ack(now, a),
+            Body::ResyncSums(d) => self.on_resync_sums(now, d),
+            Body::ResyncDiffer(d) => self.on_resync_differ(now, d),
             Body::ResyncDone(d) => self.on_resync_done(now, d),
             Body::Shared(m) => self.on_shared(now, m),
             Body::SharedAck(a) => self.on_shared_ack(now, a),

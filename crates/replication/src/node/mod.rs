@@ -104,6 +104,8 @@ enum Link {
     Handshake {
         hello: Option<crate::wire::Hello>,
         bits: Vec<u64>,
+        /// The peer's suspect regions (`Suspect`).
+        suspect: Vec<u64>,
     },
     Up,
 }
@@ -118,7 +120,11 @@ pub struct Stats {
     pub retried: u64,
     pub peer_lost: u64,
     pub resync_regions: u64,
+    /// Blocks whose data this node sent as sync source (whole dirty regions, and suspect
+    /// blocks whose checksums differed).
     pub resync_blocks: u64,
+    /// Suspect blocks this node compared by checksum as sync source (8 bytes each sent).
+    pub resync_compared_blocks: u64,
     pub full_resyncs: u64,
     /// COMPARE AND WRITEs this node executed (compared), and forwarded to the leader.
     pub caws: u64,
@@ -136,6 +142,12 @@ pub struct Replica {
     epoch: u64,
     outdated: bool,
     bitmap: Vec<u64>,
+    /// In memory only, a subset of `bitmap`: regions set only because they lay in an
+    /// activity-log extent at start (after a crash), never written since. They may differ
+    /// from the peer or not, so resync compares them by checksum instead of copying them. A
+    /// second crash before the resync turns them into plain dirty regions (the bitmap is
+    /// durable, this is not): copied whole, which is safe.
+    suspect: Vec<u64>,
     // Journal.
     journal: Token,
     persisted: Token,
@@ -198,6 +210,7 @@ impl Replica {
             gens: meta.gens,
             epoch: meta.epoch,
             outdated: meta.outdated,
+            suspect: vec![0; bitmap.len()],
             bitmap,
             journal: 0,
             persisted: 0,
@@ -235,7 +248,18 @@ impl Replica {
         let per_extent = r.cfg.al_extent_blocks / u64::from(r.cfg.region_blocks);
         for (slot, extent) in meta.al.iter().enumerate() {
             if let Some(e) = *extent {
-                r.mark_regions(e * per_extent, per_extent);
+                let (first, count) = (e * per_extent, per_extent);
+                let count = count.min(r.cfg.regions().saturating_sub(first));
+                let mut suspect = Vec::new();
+                for i in first..first + count {
+                    if !meta::get_bit(&r.bitmap, i) {
+                        suspect.push(i);
+                    }
+                }
+                r.mark_regions(first, count);
+                for i in suspect {
+                    meta::set_range(&mut r.suspect, i, 1, true);
+                }
                 r.persist(MetaOp::AlSet {
                     slot: slot as u32,
                     extent: None,
@@ -309,6 +333,12 @@ impl Replica {
     /// Dirty regions (may differ from the peer).
     pub fn dirty_regions(&self) -> u64 {
         meta::count_set(&self.bitmap)
+    }
+
+    /// Of the dirty regions, those only suspect (in an activity-log extent at a crash):
+    /// resync compares them by checksum.
+    pub fn suspect_regions(&self) -> u64 {
+        meta::count_set(&self.suspect)
     }
 
     /// Whether a read starting now may be served from the local disk: this node holds the
@@ -399,6 +429,8 @@ impl Replica {
     /// Mark regions `first .. first + count` dirty, persisting new bits.
     fn mark_regions(&mut self, first: u64, count: u64) {
         let count = count.min(self.cfg.regions().saturating_sub(first));
+        // Written now: no longer merely suspect.
+        meta::set_range(&mut self.suspect, first, count, false);
         if count > 0 && meta::any_clear(&self.bitmap, first, count) {
             meta::set_range(&mut self.bitmap, first, count, true);
             self.persist(MetaOp::BitsSet { first, count });
@@ -418,6 +450,7 @@ impl Replica {
         let rb = u64::from(self.cfg.region_blocks);
         let first = lba / rb;
         let count = (lba + u64::from(blocks.max(1)) - 1) / rb - first + 1;
+        meta::set_range(&mut self.suspect, first, count, false);
         if meta::any_set(&self.bitmap, first, count) {
             meta::set_range(&mut self.bitmap, first, count, false);
             self.persist(MetaOp::BitsClear { first, count });

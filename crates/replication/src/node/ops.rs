@@ -16,6 +16,11 @@ pub(crate) enum Kind {
     Superseded { wseq: u64 },
     /// Sync source: reading dirty regions to send.
     ResyncRead,
+    /// Sync source: reading suspect regions to send their checksums.
+    ResyncSum,
+    /// Sync target: reading suspect regions to compare with the source's checksums
+    /// (`Op::data`: the checksums).
+    ResyncCompare,
     /// Sync target: applying resync data.
     ResyncApply,
     /// Follower: a host COMPARE AND WRITE forwarded to the leader. Unordered until its result
@@ -141,7 +146,19 @@ impl Op {
     pub(crate) fn needs_al(&self) -> bool {
         !matches!(
             self.kind,
-            Kind::ResyncRead | Kind::Superseded { .. } | Kind::Forwarded { .. }
+            Kind::ResyncRead
+                | Kind::ResyncSum
+                | Kind::ResyncCompare
+                | Kind::Superseded { .. }
+                | Kind::Forwarded { .. }
+        )
+    }
+
+    /// A local read for resync (answered with `resync_read_done`).
+    pub(crate) fn is_resync_read(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::ResyncRead | Kind::ResyncSum | Kind::ResyncCompare
         )
     }
 

@@ -1,4 +1,36 @@
 //! The handshake (who is the sync source) and resync.
+//!
+//! # What is copied, what is compared
+//!
+//! Every handshake exchanges both dirty bitmaps and, within them, the *suspect* regions: those
+//! set only because they lay in an activity-log extent when the node crashed (see
+//! `Replica::suspect`). A dirty region is known to differ and is copied whole (`ResyncData`).
+//! A suspect region may hold writes the crashed node applied without the peer, writes the peer
+//! applied without it, torn or lost blocks, or nothing at all: the source reads it, sends a
+//! checksum of each block (`ResyncSums`, 8 bytes of SHA-256), the target reads its own blocks and answers which
+//! differ (`ResyncDiffer`), and only the regions of those blocks join the copy set. Either
+//! side's suspect regions are compared, whichever node is the source.
+//!
+//! Why this is as safe as copying:
+//!
+//! - The checksums are read exactly where the data would have been (a `ResyncSum` is ordered
+//!   among the source's operations like a `ResyncRead`: an own write overlapping it is admitted,
+//!   hence sent, only after the checksums are sent), and travel on the data channel, so the
+//!   target compares (its `ResyncCompare` is ordered among the peer writes like a
+//!   `ResyncApply`) against the blocks as they are after every write the source sent before the
+//!   checksums and before any it sent after. Matching blocks are then what the data would have
+//!   made them (up to a checksum collision, 2^-64 per differing block).
+//! - A differing block is never written from the checksum exchange: its region is copied by a
+//!   fresh `ResyncRead` after the answer arrived, i.e. ordered after every write the source
+//!   made meanwhile, so a survivor's write racing the resync is never overwritten with older
+//!   data (the argument of `ResyncData`).
+//! - The source finishes (final flush, `ResyncDone`) only once no region is left to compare,
+//!   no checksum answer is outstanding, and every differing region was copied and
+//!   acknowledged: the target does not pair while a suspect block still differs.
+//! - The source clears its own dirty bit of a compared region only when it matched; a
+//!   differing one stays dirty (and stops being suspect) until its copy is acknowledged. The
+//!   target keeps its bitmap until `ResyncDone`. So a resync cut at any point leaves every
+//!   possible difference in a bitmap for the next handshake.
 
 use super::ops::{Kind, Op, PeerSide, Phase};
 use super::{Link, Replica, State};
@@ -7,7 +39,8 @@ use crate::codec::VERSION;
 use crate::config::Nanos;
 use crate::meta::{self, Generations, MetaOp};
 use crate::wire::{
-    Bitmap, BitmapEnd, Body, Flush, Hello, NodeId, ResyncAck, ResyncData, ResyncDone,
+    BitmapEnd, Body, Flush, Hello, NodeId, ResyncAck, ResyncData, ResyncDiffer, ResyncDone,
+    ResyncSums,
 };
 
 /// Flush id the sync source uses for the final flush of a resync.
@@ -16,13 +49,70 @@ pub(super) const RESYNC_FLUSH: u64 = u64::MAX;
 /// Sync source progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceSync {
-    /// Regions still to copy (own bitmap, peer's bitmap, or everything).
+    /// Regions still to copy (either side's dirty regions that are not merely suspect,
+    /// suspect regions found to differ, or everything).
     set: Vec<u64>,
     cursor: u64,
+    /// Suspect regions still to compare by checksum.
+    compare: Vec<u64>,
+    compare_cursor: u64,
     /// Chunks sent, not yet acknowledged: (lba, blocks).
     sent: Vec<(u64, u32)>,
+    /// Checksum chunks sent, not yet answered: (lba, blocks).
+    summed: Vec<(u64, u32)>,
+    /// Reads in flight (data and checksums).
     reading: u32,
     finishing: bool,
+}
+
+impl SourceSync {
+    fn remaining(&self) -> u64 {
+        meta::count_set(&self.set)
+            + meta::count_set(&self.compare)
+            + self.sent.len() as u64
+            + self.summed.len() as u64
+    }
+}
+
+/// Take the next chunk of set regions at or after `*cursor` (clearing them): `(lba, blocks)`.
+fn take_chunk(
+    set: &mut [u64],
+    cursor: &mut u64,
+    cfg: &crate::config::Config,
+) -> Option<(u64, u32)> {
+    let rb = u64::from(cfg.region_blocks);
+    let regions = cfg.regions();
+    let r0 = meta::next_set(set, *cursor).filter(|&r| r < regions)?;
+    let mut r1 = r0;
+    while r1 + 1 < regions
+        && r1 + 1 - r0 < u64::from(cfg.resync_chunk_regions)
+        && meta::get_bit(set, r1 + 1)
+    {
+        r1 += 1;
+    }
+    meta::set_range(set, r0, r1 - r0 + 1, false);
+    *cursor = r1 + 1;
+    let lba = r0 * rb;
+    let blocks = ((r1 + 1) * rb).min(cfg.lun_blocks) - lba;
+    Some((lba, blocks as u32))
+}
+
+/// Bytes of checksum per block in `ResyncSums`.
+pub(crate) const SUM_BYTES: usize = 8;
+
+/// The checksum of each `block_size` block of `data`: the first 8 bytes of its SHA-256.
+///
+/// Not CRC32C: a CRC is affine, so every block that ends with the CRC32C of the rest (a
+/// common on-disk layout, and the simulation's block tags) has the same CRC32C, and blocks
+/// with a CRC field elsewhere collide far more often than 2^-32. A truncated cryptographic
+/// hash has no such structure: 2^-64 per differing block.
+fn block_sums(data: &[u8], block_size: u32) -> Vec<u8> {
+    use sha2::Digest;
+    let mut out = Vec::with_capacity(data.len() / block_size as usize * SUM_BYTES);
+    for b in data.chunks(block_size as usize) {
+        out.extend_from_slice(&sha2::Sha256::digest(b)[..SUM_BYTES]);
+    }
+    out
 }
 
 /// What a handshake decided.
@@ -122,23 +212,33 @@ impl Replica {
         *hello = Some(h);
     }
 
-    pub(super) fn on_bitmap(&mut self, now: Nanos, b: Bitmap) {
+    /// A `Bitmap` (or with `suspect`, a `Suspect`) chunk of the peer's.
+    pub(super) fn on_bitmap(
+        &mut self,
+        now: Nanos,
+        first_word: u64,
+        words: Vec<u64>,
+        suspect: bool,
+    ) {
+        let name = if suspect { "Suspect" } else { "Bitmap" };
         let Link::Handshake {
             hello: Some(_),
             bits,
+            suspect: sus,
         } = &mut self.link
         else {
-            self.refuse("Bitmap", "before Hello");
+            self.refuse(name, "before Hello");
             self.drop_peer(now);
             return;
         };
-        let first = usize::try_from(b.first_word).unwrap_or(usize::MAX);
-        if first > bits.len() || bits.len() - first < b.words.len() {
-            self.refuse("Bitmap", "out of range");
+        let bits = if suspect { sus } else { bits };
+        let first = usize::try_from(first_word).unwrap_or(usize::MAX);
+        if first > bits.len() || bits.len() - first < words.len() {
+            self.refuse(name, "out of range");
             self.drop_peer(now);
             return;
         }
-        for (d, s) in bits[first..].iter_mut().zip(&b.words) {
+        for (d, s) in bits[first..].iter_mut().zip(&words) {
             *d |= *s;
         }
     }
@@ -148,6 +248,7 @@ impl Replica {
         let Link::Handshake {
             hello: Some(peer_hello),
             bits: mut peer_bits,
+            suspect: mut peer_suspect,
         } = link
         else {
             self.link = link;
@@ -158,6 +259,7 @@ impl Replica {
         // Regions past the end of the LUN are not ours to copy.
         let regions = self.cfg.regions();
         meta::set_range(&mut peer_bits, regions, u64::MAX, false);
+        meta::set_range(&mut peer_suspect, regions, u64::MAX, false);
         if meta::count_set(&peer_bits) != end.set_bits {
             self.refuse("BitmapEnd", "bitmap incomplete");
             self.drop_peer(now);
@@ -183,7 +285,7 @@ impl Replica {
             });
         }
         if source == self.cfg.node {
-            self.become_source(now, peer_bits, full);
+            self.become_source(now, peer_bits, peer_suspect, full);
         } else if matches!(self.state, State::Alone { .. }) {
             self.event(Event::SplitBrain);
             self.drop_peer(now);
@@ -192,21 +294,32 @@ impl Replica {
         }
     }
 
-    fn become_source(&mut self, now: Nanos, mut set: Vec<u64>, full: bool) {
+    fn become_source(&mut self, now: Nanos, mut set: Vec<u64>, peer_suspect: Vec<u64>, full: bool) {
+        let mut compare = vec![0; set.len()];
         if full {
             self.stats.full_resyncs += 1;
             meta::set_range(&mut set, 0, self.cfg.regions(), true);
         } else {
-            for (d, s) in set.iter_mut().zip(&self.bitmap) {
-                *d |= *s;
+            // Known to differ: either side's dirty regions that are not merely suspect. To
+            // compare: the suspect ones of either side, unless the other side's are dirty.
+            for (i, (d, c)) in set.iter_mut().zip(compare.iter_mut()).enumerate() {
+                let peer = *d;
+                let peer_sus = peer_suspect.get(i).copied().unwrap_or(0) & peer;
+                let own = self.bitmap.get(i).copied().unwrap_or(0);
+                let own_sus = self.suspect.get(i).copied().unwrap_or(0) & own;
+                *d = (peer & !peer_sus) | (own & !own_sus);
+                *c = (peer_sus | own_sus) & !*d;
             }
         }
-        self.stats.resync_regions += meta::count_set(&set);
+        self.stats.resync_regions += meta::count_set(&set) + meta::count_set(&compare);
         let holds_epoch = matches!(self.state, State::Alone { .. });
         let sync = SourceSync {
             set,
             cursor: 0,
+            compare,
+            compare_cursor: 0,
             sent: Vec::new(),
+            summed: Vec::new(),
             reading: 0,
             finishing: false,
         };
@@ -242,49 +355,44 @@ impl Replica {
         if sync.finishing {
             return;
         }
-        let rb = u64::from(self.cfg.region_blocks);
         let regions = self.cfg.regions();
-        let mut starts: [(u64, u32); 8] = [(0, 0); 8];
+        // Data chunks first, then checksum chunks (`true`).
+        let mut starts: [(u64, u32, bool); 8] = [(0, 0, false); 8];
         let mut n = 0;
-        while sync.sent.len() + sync.reading as usize + n < self.cfg.resync_window
+        while sync.sent.len() + sync.summed.len() + sync.reading as usize + n
+            < self.cfg.resync_window
             && n < starts.len()
         {
-            let Some(r0) = meta::next_set(&sync.set, sync.cursor).filter(|&r| r < regions) else {
-                break;
-            };
-            let mut r1 = r0;
-            while r1 + 1 < regions
-                && r1 + 1 - r0 < u64::from(self.cfg.resync_chunk_regions)
-                && meta::get_bit(&sync.set, r1 + 1)
+            if let Some((lba, blocks)) = take_chunk(&mut sync.set, &mut sync.cursor, &self.cfg) {
+                starts[n] = (lba, blocks, false);
+            } else if let Some((lba, blocks)) =
+                take_chunk(&mut sync.compare, &mut sync.compare_cursor, &self.cfg)
             {
-                r1 += 1;
+                starts[n] = (lba, blocks, true);
+            } else {
+                break;
             }
-            meta::set_range(&mut sync.set, r0, r1 - r0 + 1, false);
-            sync.cursor = r1 + 1;
-            let lba = r0 * rb;
-            let blocks = ((r1 + 1) * rb).min(self.cfg.lun_blocks) - lba;
-            starts[n] = (lba, blocks as u32);
             n += 1;
         }
         let done = n == 0
             && sync.sent.is_empty()
+            && sync.summed.is_empty()
             && sync.reading == 0
-            && meta::next_set(&sync.set, 0).is_none_or(|r| r >= regions);
+            && meta::next_set(&sync.set, 0).is_none_or(|r| r >= regions)
+            && meta::next_set(&sync.compare, 0).is_none_or(|r| r >= regions);
         if done {
             sync.finishing = true;
             self.send(Body::Flush(Flush { id: RESYNC_FLUSH }));
             return;
         }
         sync.reading += n as u32;
-        for &(lba, blocks) in &starts[..n] {
-            let op = Op::new(
-                Kind::ResyncRead,
-                lba,
-                blocks,
-                false,
-                bytes::Bytes::new(),
-                self.session,
-            );
+        for &(lba, blocks, sums) in &starts[..n] {
+            let kind = if sums {
+                Kind::ResyncSum
+            } else {
+                Kind::ResyncRead
+            };
+            let op = Op::new(kind, lba, blocks, false, bytes::Bytes::new(), self.session);
             if let Some(slot) = self.ops.insert(op) {
                 self.admit_other(slot);
             }
@@ -300,34 +408,72 @@ impl Replica {
             return;
         };
         let Some(op) = self.ops.get(slot) else { return };
-        if op.kind != Kind::ResyncRead || op.phase != Phase::Running {
+        if !op.is_resync_read() || op.phase != Phase::Running {
             return;
         }
-        let (lba, blocks, session) = (op.lba, op.blocks, op.session);
+        let (kind, lba, blocks, session) = (op.kind, op.lba, op.blocks, op.session);
+        let sums = op.data.clone();
         self.free(slot);
         let current = session == self.session && self.link == Link::Up;
         let ok = data.len() as u64 == u64::from(blocks) * u64::from(self.cfg.block_size);
+        if kind == Kind::ResyncCompare {
+            if current && matches!(self.state, State::ResyncTarget { .. }) {
+                // A short read counts as differing everywhere: those blocks are copied.
+                let mut differ = vec![0u8; (blocks as usize).div_ceil(8)];
+                let mine = if ok {
+                    block_sums(&data, self.cfg.block_size)
+                } else {
+                    Vec::new()
+                };
+                for i in 0..blocks as usize {
+                    let at = SUM_BYTES * i..SUM_BYTES * (i + 1);
+                    if mine.get(at.clone()) != sums.get(at) {
+                        differ[i / 8] |= 1 << (i % 8);
+                    }
+                }
+                self.send(Body::ResyncDiffer(ResyncDiffer {
+                    lba,
+                    blocks,
+                    differ: differ.into(),
+                }));
+            }
+            self.pump(now);
+            return;
+        }
+        let checksums = kind == Kind::ResyncSum;
         if let State::ResyncSource { sync, .. } = &mut self.state {
             if current {
                 sync.reading = sync.reading.saturating_sub(1);
-                if ok {
+                if ok && checksums {
+                    sync.summed.push((lba, blocks));
+                } else if ok {
                     sync.sent.push((lba, blocks));
                 } else {
-                    // A short read: copy these regions again.
+                    // A short read: do these regions again.
                     let rb = u64::from(self.cfg.region_blocks);
-                    meta::set_range(
-                        &mut sync.set,
-                        lba / rb,
-                        u64::from(blocks).div_ceil(rb),
-                        true,
-                    );
-                    sync.cursor = sync.cursor.min(lba / rb);
+                    let (set, cursor) = if checksums {
+                        (&mut sync.compare, &mut sync.compare_cursor)
+                    } else {
+                        (&mut sync.set, &mut sync.cursor)
+                    };
+                    meta::set_range(set, lba / rb, u64::from(blocks).div_ceil(rb), true);
+                    *cursor = (*cursor).min(lba / rb);
                 }
             }
         }
         if current && ok && matches!(self.state, State::ResyncSource { .. }) {
-            self.stats.resync_blocks += u64::from(blocks);
-            self.send(Body::ResyncData(ResyncData { lba, blocks, data }));
+            if checksums {
+                self.stats.resync_compared_blocks += u64::from(blocks);
+                let sums = block_sums(&data, self.cfg.block_size);
+                self.send(Body::ResyncSums(ResyncSums {
+                    lba,
+                    blocks,
+                    sums: sums.into(),
+                }));
+            } else {
+                self.stats.resync_blocks += u64::from(blocks);
+                self.send(Body::ResyncData(ResyncData { lba, blocks, data }));
+            }
         }
         self.pump(now);
     }
@@ -368,6 +514,80 @@ impl Replica {
         self.pump(now);
     }
 
+    /// Sync target: compare these checksums with our blocks, in order with the peer's writes.
+    pub(super) fn on_resync_sums(&mut self, now: Nanos, d: ResyncSums) {
+        if !matches!(self.state, State::ResyncTarget { .. }) {
+            self.refuse("ResyncSums", "not a sync target");
+            return;
+        }
+        let valid = d.blocks > 0
+            && d.lba
+                .checked_add(u64::from(d.blocks))
+                .is_some_and(|e| e <= self.cfg.lun_blocks)
+            && d.sums.len() as u64 == u64::from(d.blocks) * SUM_BYTES as u64;
+        if !valid {
+            self.refuse("ResyncSums", "malformed");
+            self.drop_peer(now);
+            return;
+        }
+        let op = Op::new(
+            Kind::ResyncCompare,
+            d.lba,
+            d.blocks,
+            false,
+            d.sums,
+            self.session,
+        );
+        let Some(slot) = self.ops.insert(op) else {
+            self.refuse("ResyncSums", "too many operations in flight");
+            self.drop_peer(now);
+            return;
+        };
+        self.admit_other(slot);
+        self.pump(now);
+    }
+
+    /// Sync source: the target compared a checksum chunk. Matching regions are in sync;
+    /// differing ones are copied.
+    pub(super) fn on_resync_differ(&mut self, now: Nanos, a: ResyncDiffer) {
+        let State::ResyncSource { sync, .. } = &mut self.state else {
+            self.refuse("ResyncDiffer", "not a sync source");
+            return;
+        };
+        let Some(i) = sync.summed.iter().position(|&c| c == (a.lba, a.blocks)) else {
+            self.refuse("ResyncDiffer", "unknown chunk");
+            return;
+        };
+        if a.differ.len() != (a.blocks as usize).div_ceil(8) {
+            self.refuse("ResyncDiffer", "malformed");
+            self.drop_peer(now);
+            return;
+        }
+        sync.summed.swap_remove(i);
+        let rb = u64::from(self.cfg.region_blocks);
+        let differs = |b: u64| a.differ[(b / 8) as usize] & (1 << (b % 8)) != 0;
+        let (first, end) = (a.lba / rb, (a.lba + u64::from(a.blocks)).div_ceil(rb));
+        let mut same = Vec::new();
+        for r in first..end {
+            let b0 = (r * rb).max(a.lba) - a.lba;
+            let b1 = ((r + 1) * rb).min(a.lba + u64::from(a.blocks)) - a.lba;
+            if (b0..b1).any(differs) {
+                meta::set_range(&mut sync.set, r, 1, true);
+                sync.cursor = sync.cursor.min(r);
+                // Known to differ now: dirty (its bit stays) until copied.
+                meta::set_range(&mut self.suspect, r, 1, false);
+            } else {
+                same.push(r);
+            }
+        }
+        let remaining = sync.remaining();
+        for r in same {
+            self.clear_dirty(r * rb, rb as u32);
+        }
+        self.actions.push_back(Action::ResyncProgress { remaining });
+        self.pump(now);
+    }
+
     pub(super) fn on_resync_ack(&mut self, now: Nanos, a: ResyncAck) {
         let State::ResyncSource { sync, .. } = &mut self.state else {
             self.refuse("ResyncAck", "not a sync source");
@@ -378,7 +598,7 @@ impl Replica {
             return;
         };
         sync.sent.swap_remove(i);
-        let remaining = meta::count_set(&sync.set) + sync.sent.len() as u64;
+        let remaining = sync.remaining();
         self.clear_dirty(a.lba, a.blocks);
         self.actions.push_back(Action::ResyncProgress { remaining });
         self.pump(now);
@@ -419,6 +639,7 @@ impl Replica {
         self.gens = d.gens;
         self.outdated = false;
         self.bitmap.iter_mut().for_each(|w| *w = 0);
+        self.suspect.iter_mut().for_each(|w| *w = 0);
         self.persist(MetaOp::Gens(self.gens));
         self.persist(MetaOp::BitsClearAll);
         self.persist(MetaOp::State {
@@ -429,3 +650,6 @@ impl Replica {
         self.pump(now);
     }
 }
+
+#[cfg(test)]
+mod tests;

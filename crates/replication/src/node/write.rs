@@ -181,11 +181,13 @@ impl Replica {
             return true;
         };
         let (lba, end) = (op.lba, op.end());
-        // A resync read in flight over these blocks must be sent before this write is; so must
-        // the write of a CAW ordered before it (whose read has not compared yet).
+        // A resync read in flight over these blocks (data or checksums) must be sent before
+        // this write is; so must the write of a CAW ordered before it (whose read has not
+        // compared yet).
         let blocked = self.set.overlapping(lba, end).any(|o| {
             self.ops.get(o).is_some_and(|o| {
-                o.kind == Kind::ResyncRead || o.caw_stage() == Some(CawStage::Compare)
+                matches!(o.kind, Kind::ResyncRead | Kind::ResyncSum)
+                    || o.caw_stage() == Some(CawStage::Compare)
             })
         });
         if blocked {
@@ -282,7 +284,7 @@ impl Replica {
                 continue;
             };
             op.phase = Phase::Running;
-            let action = if op.kind == Kind::ResyncRead {
+            let action = if op.is_resync_read() {
                 Action::ReadForResync {
                     token,
                     lba: op.lba,
@@ -309,7 +311,7 @@ impl Replica {
         let Some(op) = self.ops.get_mut(slot) else {
             return;
         };
-        if op.phase != Phase::Running || op.kind == Kind::ResyncRead {
+        if op.phase != Phase::Running || op.is_resync_read() {
             return;
         }
         self.applied += 1;
@@ -348,7 +350,11 @@ impl Replica {
                 }
                 self.free(slot);
             }
-            Kind::ResyncRead | Kind::Superseded { .. } | Kind::Forwarded { .. } => {}
+            Kind::ResyncRead
+            | Kind::ResyncSum
+            | Kind::ResyncCompare
+            | Kind::Superseded { .. }
+            | Kind::Forwarded { .. } => {}
         }
         self.pump(now);
     }

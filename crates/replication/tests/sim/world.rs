@@ -89,6 +89,8 @@ pub struct Outcome {
     pub reads: u64,
     pub events: u64,
     pub resync_blocks: u64,
+    /// Suspect blocks compared by checksum (not counted in `resync_blocks`).
+    pub resync_compared_blocks: u64,
     pub superseded: u64,
     pub retried: u64,
     /// Blocks acknowledged by a node writing alone.
@@ -397,6 +399,7 @@ impl World {
             reads: self.oracle.reads_checked,
             events: self.events_run,
             resync_blocks: stats.iter().map(|s| s.resync_blocks).sum(),
+            resync_compared_blocks: stats.iter().map(|s| s.resync_compared_blocks).sum(),
             superseded: stats.iter().map(|s| s.superseded).sum(),
             retried: stats.iter().map(|s| s.retried).sum(),
             alone_written: self.alone_written,
