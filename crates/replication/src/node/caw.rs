@@ -45,7 +45,7 @@ use super::write::Mode;
 use super::{Link, Replica, State};
 use crate::action::{Action, CawOutcome, HostError, WriteId};
 use crate::config::Nanos;
-use crate::wire::{Body, Caw, CawResult, CawStatus, Write};
+use crate::wire::{Body, Caw, CawResult, CawStatus};
 
 impl Replica {
     /// Whether this node executes the pair's CAWs while connected.
@@ -309,30 +309,8 @@ impl Replica {
         }
         let (lba, blocks, fua) = (op.lba, op.blocks, op.fua);
         match mode {
-            Mode::Replicate if leads => {
-                let (seen, wseq) = (self.last_peer_wseq, self.next_wseq);
-                op.wseq = wseq;
-                op.peer = PeerSide::Sent;
-                let body = Body::Write(Write {
-                    wseq,
-                    seen,
-                    lba,
-                    blocks,
-                    fua,
-                    data: op.data.clone(),
-                });
-                self.next_wseq += 1;
-                self.last_sent_wseq = wseq;
-                self.send(body);
-            }
-            Mode::Local | Mode::Hold => {
-                op.peer = if mode == Mode::Local {
-                    PeerSide::Local
-                } else {
-                    PeerSide::Held
-                };
-                self.mark_dirty(lba, blocks);
-            }
+            Mode::Replicate if leads => self.dispatch_own(slot, mode),
+            Mode::Local | Mode::Hold => self.dispatch_own(slot, mode),
             Mode::Replicate => {
                 self.fail_own(slot, HostError::NotReady);
                 self.pump(now);

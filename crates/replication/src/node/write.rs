@@ -196,17 +196,28 @@ impl Replica {
         let order = self.next_order;
         self.next_order += 1;
         self.set.insert(lba, end, slot);
-        let (seen, wseq) = (self.last_peer_wseq, self.next_wseq);
         let Some(op) = self.ops.get_mut(slot) else {
             return true;
         };
         op.order = order;
         op.phase = Phase::Waiting;
         op.retry = false;
-        if caw {
-            // Sent (or marked dirty) once its read has compared.
-            return true;
+        if !caw {
+            // A CAW is sent (or marked dirty) once its read has compared.
+            self.dispatch_own(slot, mode);
         }
+        true
+    }
+
+    /// An own write's turn to leave: sent to the peer (`Replicate`), or, working alone or
+    /// holding writes, its blocks marked dirty. Plain writes go at admission, a CAW's write
+    /// once its read compared equal.
+    pub(super) fn dispatch_own(&mut self, slot: u32, mode: Mode) {
+        let (seen, wseq) = (self.last_peer_wseq, self.next_wseq);
+        let Some(op) = self.ops.get_mut(slot) else {
+            return;
+        };
+        let (lba, blocks) = (op.lba, op.blocks);
         match mode {
             Mode::Replicate => {
                 op.wseq = wseq;
@@ -214,8 +225,8 @@ impl Replica {
                 let body = Body::Write(Write {
                     wseq,
                     seen,
-                    lba: op.lba,
-                    blocks: op.blocks,
+                    lba,
+                    blocks,
                     fua: op.fua,
                     data: op.data.clone(),
                 });
@@ -229,12 +240,10 @@ impl Replica {
                 } else {
                     PeerSide::Held
                 };
-                let blocks = op.blocks;
                 self.mark_dirty(lba, blocks);
             }
             Mode::Reject(_) => {}
         }
-        true
     }
 
     /// Start the local I/O of admitted operations whose turn it is.
