@@ -267,7 +267,11 @@ fn mcs_two_connections_execute_in_cmd_sn_order() {
     }));
     let probe = a.complete_scsi(0xa000, None).unwrap();
     assert_eq!(probe.status, 0);
-    assert_eq!(probe.data, vec![0u8; 4096], "CmdSN N+1 executed before N arrived");
+    assert_eq!(
+        probe.data,
+        vec![0u8; 4096],
+        "CmdSN N+1 executed before N arrived"
+    );
     a.send_scsi(0xa001, n, 0, &cdb_write10(2008, 8, 0), 4096, Some(&first));
     let ra = a.complete_scsi(0xa001, Some(&first)).unwrap();
     let rb = b.complete_scsi(0xb001, Some(&second)).unwrap();
