@@ -27,6 +27,7 @@ mod writer;
 
 pub use reload::{Change, ConfigSource, ReloadError, ReloadReport};
 pub use server::Portal;
+pub use status::StatusSection;
 pub use target::{BuildError, TargetRuntime, INQUIRY_PRODUCT, INQUIRY_VENDOR};
 
 use config::ServeConfig;
@@ -77,12 +78,23 @@ pub async fn serve(
     source: ConfigSource,
     ready: oneshot::Sender<ServeInfo>,
 ) -> Result<(), Error> {
+    serve_with(config, source, ready, Vec::new()).await
+}
+
+/// [`serve`], with other services of the process (SMB) reporting through the same status
+/// socket and `/metrics`.
+pub async fn serve_with(
+    config: ServeConfig,
+    source: ConfigSource,
+    ready: oneshot::Sender<ServeInfo>,
+    sections: Vec<Arc<dyn StatusSection>>,
+) -> Result<(), Error> {
     // Handlers first: a signal that arrives as soon as `ready` is announced (a service manager
     // reloading or stopping a just-started unit) must find them installed, not take its
     // default action (SIGHUP and SIGTERM would end the process without draining).
     let signals = ShutdownSignals::install();
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-    let handle = start_with(config, source).await?;
+    let handle = start_full(config, source, sections).await?;
     let _ = ready.send(handle.info.clone());
     let reloads = tokio::spawn(reload_on_sighup(handle.server.clone(), hangup));
     signals.wait().await;
@@ -125,6 +137,15 @@ pub async fn start(config: ServeConfig) -> Result<ServerHandle, Error> {
 
 /// [`start`], with the source a reload re-reads the configuration from.
 pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<ServerHandle, Error> {
+    start_full(config, source, Vec::new()).await
+}
+
+/// [`start_with`], with status sections of other services.
+pub async fn start_full(
+    config: ServeConfig,
+    source: ConfigSource,
+    sections: Vec<Arc<dyn StatusSection>>,
+) -> Result<ServerHandle, Error> {
     config.prepare_storage().map_err(Error::Storage)?;
     let mut targets = Vec::new();
     for t in &config.targets {
@@ -138,7 +159,7 @@ pub async fn start_with(config: ServeConfig, source: ConfigSource) -> Result<Ser
             bound.push((*addr, portal, listener));
         }
     }
-    let server = Arc::new(server::Server::new(config, source, targets));
+    let server = Arc::new(server::Server::new(config, source, targets).with_sections(sections));
     {
         let mut listeners = server.listeners.lock();
         for (configured, portal, listener) in bound {

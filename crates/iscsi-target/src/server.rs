@@ -73,6 +73,8 @@ pub struct Server {
     pub limits: crate::limits::Limits,
     next_nexus: AtomicU64,
     pub shutdown: CancellationToken,
+    /// Other services of the process that report through the status socket and `/metrics`.
+    pub sections: Vec<Arc<dyn crate::status::StatusSection>>,
 }
 
 impl Server {
@@ -92,7 +94,14 @@ impl Server {
             sessions: Mutex::new(SessionTable::default()),
             next_nexus: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
+            sections: Vec::new(),
         }
+    }
+
+    /// Adds the status sections of other services.
+    pub fn with_sections(mut self, sections: Vec<Arc<dyn crate::status::StatusSection>>) -> Self {
+        self.sections = sections;
+        self
     }
 
     /// The running configuration.

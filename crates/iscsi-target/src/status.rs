@@ -12,6 +12,17 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{info, warn};
 
+/// Another service of the same process (the SMB server) that reports through the status socket
+/// and the `/metrics` endpoint.
+pub trait StatusSection: Send + Sync {
+    /// Its key in the `status` reply.
+    fn key(&self) -> &'static str;
+    /// Its part of the `status` reply.
+    fn status(&self) -> serde_json::Value;
+    /// Appends its Prometheus text.
+    fn metrics(&self, out: &mut String);
+}
+
 #[derive(Serialize)]
 struct ConnectionView {
     cid: u16,
@@ -218,6 +229,17 @@ fn reload_reply(result: Result<crate::ReloadReport, crate::ReloadError>) -> serd
     }
 }
 
+/// The `status` reply: the iSCSI view and each other service's section under its key.
+fn status_reply(server: &Server) -> serde_json::Value {
+    let mut reply = serde_json::to_value(snapshot(server)).unwrap_or_default();
+    if let Some(map) = reply.as_object_mut() {
+        for section in &server.sections {
+            map.insert(section.key().to_string(), section.status());
+        }
+    }
+    reply
+}
+
 /// Prometheus text exposition of the same counters.
 fn metrics_text(server: &Server) -> String {
     let view = snapshot(server);
@@ -228,6 +250,9 @@ fn metrics_text(server: &Server) -> String {
     );
     let _ = writeln!(out, "lanes_sessions {}", view.sessions.len());
     crate::limits::write_metrics(&server.limits, &mut out);
+    for section in &server.sections {
+        section.metrics(&mut out);
+    }
     for (name, help) in [
         ("commands", "SCSI commands received"),
         ("bytes_in", "Bytes received"),
@@ -297,7 +322,7 @@ pub async fn start(server: &Arc<Server>) -> Result<Vec<tokio::task::JoinHandle<(
                         "file": s.source.file().map(|f| f.display().to_string()),
                     })
                     .to_string(),
-                    _ => serde_json::to_string(&snapshot(&s)).unwrap_or_default(),
+                    _ => status_reply(&s).to_string(),
                 };
                 let _ = wr.write_all(reply.as_bytes()).await;
                 let _ = wr.write_all(b"\n").await;

@@ -14,6 +14,7 @@ mod reload;
 mod serve;
 mod smb;
 mod status;
+mod status_smb;
 
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 

@@ -129,7 +129,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     });
     // The driver handles SIGINT/SIGTERM itself: it drains running commands and flushes.
-    let result = lanes_iscsi_target::serve(config, source, ready_tx).await;
+    let sections: Vec<std::sync::Arc<dyn lanes_iscsi_target::StatusSection>> = smb
+        .iter()
+        .map(|s| {
+            std::sync::Arc::new(crate::smb::SmbStatus(s.server.clone()))
+                as std::sync::Arc<dyn lanes_iscsi_target::StatusSection>
+        })
+        .collect();
+    let result = lanes_iscsi_target::serve_with(config, source, ready_tx, sections).await;
     printer.abort();
     stopping.abort();
     drop(smb);

@@ -147,6 +147,21 @@ pub async fn start_for_serve(
     Ok(Some(SmbServer::start(cfg, users).await?))
 }
 
+/// The SMB server's part of `lanes status` (key `smb`) and of `/metrics`.
+pub struct SmbStatus(pub std::sync::Arc<lanes_smb_server::state::Server>);
+
+impl lanes_iscsi_target::StatusSection for SmbStatus {
+    fn key(&self) -> &'static str {
+        "smb"
+    }
+    fn status(&self) -> serde_json::Value {
+        serde_json::to_value(self.0.status()).unwrap_or_default()
+    }
+    fn metrics(&self, out: &mut String) {
+        self.0.write_metrics(out);
+    }
+}
+
 /// The banner's SMB part: each share and the Linux mount command per host address.
 pub fn banner(server: &SmbServer) -> String {
     let cfg = &server.server.config;

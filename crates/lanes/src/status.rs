@@ -117,7 +117,7 @@ pub async fn alua(args: AluaArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn field(value: &Value, key: &str) -> String {
+pub(crate) fn field(value: &Value, key: &str) -> String {
     match value.get(key) {
         None | Some(Value::Null) => "-".into(),
         Some(Value::String(text)) => text.clone(),
@@ -126,7 +126,7 @@ fn field(value: &Value, key: &str) -> String {
 }
 
 /// Left-aligned columns sized to their widest cell.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -324,6 +324,9 @@ pub fn render(value: &Value) -> String {
             ],
             &rows,
         );
+    }
+    if let Some(smb) = value.get("smb") {
+        out += &crate::status_smb::render(smb);
     }
     out
 }

@@ -116,3 +116,177 @@ fn share_errors_name_the_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("lanes smb user add"), "{err}");
 }
+
+/// Reads a child's stdout on a thread, so a test can wait for a line with a deadline.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn status_json(socket: &Path) -> serde_json::Value {
+    let out = lanes()
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn metrics(port: u16) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// `lanes status` and `/metrics` list a live SMB session with its channel (addresses, dialect,
+/// signing, counters that moved), count a wrong password, and forget the session once the
+/// client has gone.
+#[test]
+fn status_lists_smb_sessions_and_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let metrics_port = free_port();
+    let cfg = config(dir.path(), port, "");
+    std::fs::write(dir.path().join("pw"), "Password\n").unwrap();
+    let out = lanes()
+        .args(["smb", "user", "add", "carol", "--config"])
+        .arg(&cfg)
+        .arg("--password-file")
+        .arg(dir.path().join("pw"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let served = served::command()
+        .args(["--config".as_ref(), cfg.as_os_str()])
+        .args(["--metrics", metrics_addr.as_str()])
+        .start();
+    let socket = dir.path().join("data/lanes.sock");
+    let before = status_json(&socket);
+    assert_eq!(before["smb"]["sessions"], serde_json::json!([]), "{before}");
+
+    // A wrong password: a logon failure, counted.
+    let out = Command::new("smbclient")
+        .arg("//127.0.0.1/files")
+        .args(["-p", &port.to_string(), "-U", "carol%wrong", "-m", "SMB3"])
+        .args(["-c", "ls"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+
+    // An interactive client that stays connected while status is asked.
+    let mut client = Command::new("smbclient")
+        .arg("//127.0.0.1/files")
+        .args([
+            "-p",
+            &port.to_string(),
+            "-U",
+            "carol%Password",
+            "-m",
+            "SMB3",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut client);
+    {
+        use std::io::Write as _;
+        let stdin = client.stdin.as_mut().unwrap();
+        stdin.write_all(b"ls\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("smbclient listed the share");
+        if line.contains("blocks available") {
+            break;
+        }
+    }
+    let live = status_json(&socket);
+    let smb = &live["smb"];
+    let sessions = smb["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{smb}");
+    let s = &sessions[0];
+    assert_eq!(s["user"], "carol");
+    assert_eq!(s["dialect"], "3.1.1");
+    assert!(
+        ["AES-128-GMAC", "AES-128-CMAC"].contains(&s["signing"].as_str().unwrap()),
+        "{s}"
+    );
+    assert_eq!(s["trees"], 1, "{s}");
+    let channels = s["channels"].as_array().unwrap();
+    assert_eq!(channels.len(), 1, "{s}");
+    let ch = &channels[0];
+    assert_eq!(ch["server"], format!("127.0.0.1:{port}"));
+    assert!(ch["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    // NEGOTIATE, two SESSION_SETUPs, TREE_CONNECT, and the listing's requests.
+    assert!(ch["requests"].as_u64().unwrap() >= 5, "{ch}");
+    assert!(ch["bytes_in"].as_u64().unwrap() > 0, "{ch}");
+    assert!(ch["bytes_out"].as_u64().unwrap() > 0, "{ch}");
+    assert!(ch["credits"].as_u64().unwrap() >= 1, "{ch}");
+    assert_eq!(smb["counters"]["logon_failures"], 1, "{smb}");
+    assert_eq!(smb["counters"]["sessions"], 1, "{smb}");
+    assert_eq!(smb["counters"]["binds"], 0, "{smb}");
+
+    let text = lanes()
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("SMB sessions (1)"), "{text}");
+    assert!(text.contains("SMB channels (1)"), "{text}");
+
+    let m = metrics(metrics_port);
+    assert!(m.contains("\nlanes_smb_sessions 1\n"), "{m}");
+    assert!(m.contains("\nlanes_smb_logon_failures_total 1\n"), "{m}");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("lanes_smb_channel_requests_total{")
+                && l.contains("user=\"carol\"")
+                && l.contains(&format!("server=\"127.0.0.1:{port}\""))),
+        "{m}"
+    );
+
+    {
+        use std::io::Write as _;
+        client.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
+    }
+    assert!(client.wait().unwrap().success());
+    // The server sees the connection end on its own time: poll for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let after = status_json(&socket);
+        if after["smb"]["sessions"] == serde_json::json!([])
+            && after["smb"]["connections"] == serde_json::json!([])
+        {
+            assert_eq!(after["smb"]["counters"]["channels_lost"], 0, "{after}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session outlived its client: {after}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(served);
+}

@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::state::{Server, Session};
+use crate::stats::{ConnStats, Counters};
 
 /// What a handler tells the chain builder. The body is already in the output buffer.
 #[derive(Debug, Clone, Copy)]
@@ -110,16 +111,22 @@ pub struct Conn {
     pub logged_off: Vec<u64>,
     /// This connection's writer.
     pub tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    /// This connection's counters, listed by the server and by the sessions it is a channel of.
+    pub stats: Arc<ConnStats>,
 }
 
 /// Serves one TCP connection until the peer leaves or breaks the protocol.
 pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
     let local = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
+    let stats = Arc::new(ConnStats::new(server.new_id(), peer, local));
+    server.conns.insert(stats.clone());
+    Counters::bump(&server.counters.connections);
     let (mut rd, mut wr) = stream.into_split();
     // The writer: response frames in order, and frames other tasks send this connection
     // (oplock break notifications, completions of async requests).
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let writer_stats = stats.clone();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             // An empty frame is the reader's goodbye: the writer ends, and senders elsewhere
@@ -131,6 +138,7 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
                 tracing::debug!(peer = %peer, "SMB write: {e}");
                 break;
             }
+            ConnStats::add(&writer_stats.bytes_out, frame.len() as u64);
         }
     });
     let mut conn = Conn {
@@ -151,6 +159,7 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
         setup_session_id: None,
         logged_off: Vec::new(),
         tx: tx.clone(),
+        stats,
     };
     let framer = DirectTcp::default();
     let mut buf = Vec::new();
@@ -171,7 +180,13 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
         if let Err(e) = rd.read_exact(&mut buf).await {
             break format!("read: {e}");
         }
-        match conn.handle_frame(&mut buf).await {
+        ConnStats::add(&conn.stats.bytes_in, len as u64 + 4);
+        let handled = conn.handle_frame(&mut buf).await;
+        conn.stats.credits.store(
+            conn.window.outstanding(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        match handled {
             Ok(Some(out)) if !out.is_empty() => {
                 if tx.send(out).is_err() {
                     break "writer gone".to_string();
@@ -186,6 +201,7 @@ pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: Sock
     };
     tracing::debug!(peer = %conn.peer, "SMB connection closed: {reason}");
     conn.teardown();
+    conn.server.conns.remove(conn.stats.id);
     drop(conn);
     let _ = tx.send(Vec::new());
     drop(tx);
@@ -223,11 +239,16 @@ impl Conn {
             let last = {
                 let mut st = ch.session.state.lock();
                 st.channels = st.channels.saturating_sub(1);
+                st.channel_stats.retain(|c| c.id != self.stats.id);
                 st.channels == 0
             };
             if last {
                 crate::session::end_session(&self.server, &ch.session);
                 self.server.remove_session(id);
+            } else if !ch.session.closed.load(std::sync::atomic::Ordering::Relaxed) {
+                Counters::bump(&self.server.counters.channels_lost);
+                Counters::bump(&ch.session.channels_lost);
+                tracing::info!(peer = %self.peer, "SMB channel of session {id:#x} lost; the session goes on");
             }
         }
     }
@@ -269,6 +290,9 @@ impl Conn {
             .ok_or("transform without a negotiated cipher")?;
         let (_, plain) = transform::decrypt(cipher, session.keys.c2s_cipher.as_bytes(), frame)
             .map_err(|_| "transform does not decrypt")?;
+        self.stats
+            .encrypted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut out = self.handle_chain(plain, Some(&session), None).await?;
         // Async completions queued meanwhile (a CANCEL's answer) go out encrypted too.
         for f in std::mem::take(&mut self.extra) {
@@ -334,6 +358,7 @@ impl Conn {
             if h.flags.is_response() {
                 return Err("a response from the client");
             }
+            ConnStats::add(&self.stats.requests, 1);
             if h.command == Command::Cancel {
                 self.cancel(h);
                 continue;

@@ -13,6 +13,7 @@ pub mod fs;
 pub mod ioctl;
 pub mod session;
 pub mod state;
+pub mod stats;
 pub mod tree;
 pub mod users;
 pub mod wire;

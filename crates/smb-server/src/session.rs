@@ -17,6 +17,7 @@ use smb_proto::NtStatus;
 
 use crate::conn::{Channel, Conn, Incoming, Outcome, PendingAuth, Reply};
 use crate::state::{Server, Session, SessionState, MAX_CHANNELS};
+use crate::stats::Counters;
 
 /// Largest READ, WRITE and transact the server offers.
 pub const MAX_IO: u32 = 8 * 1024 * 1024;
@@ -57,6 +58,9 @@ impl Conn {
             Ok((n, resp)) => {
                 self.preauth.update(inc.bytes);
                 resp.encode(out);
+                self.stats
+                    .dialect
+                    .store(n.dialect, std::sync::atomic::Ordering::Relaxed);
                 self.negotiated = Some(n);
                 Outcome::Reply(Reply::ok())
             }
@@ -75,7 +79,10 @@ impl Conn {
         };
         let mut sid = inc.header.session_id;
         if req.flags & SESSION_FLAG_BINDING != 0 && !self.pending_auth.contains_key(&sid) {
+            Counters::bump(&self.server.counters.bind_attempts);
             if let Err(s) = self.start_binding(inc, &neg) {
+                Counters::bump(&self.server.counters.binds_denied);
+                tracing::debug!(peer = %self.peer, "SMB channel binding to session {sid:#x} refused: {s:?}");
                 self.setup_session_id = Some(sid);
                 return Outcome::Error(s);
             }
@@ -136,16 +143,21 @@ impl Conn {
                 if let Some(bound) = pending.binding {
                     if !bound.user.eq_ignore_ascii_case(&session.user) {
                         tracing::warn!(peer = %self.peer, user = %session.user, "SMB channel binding by another user refused");
+                        Counters::bump(&self.server.counters.binds_denied);
                         return Outcome::Error(NtStatus::ACCESS_DENIED);
                     }
                     {
                         let mut st = bound.state.lock();
                         if st.channels >= MAX_CHANNELS {
+                            Counters::bump(&self.server.counters.binds_denied);
                             return Outcome::Error(NtStatus::INSUFFICIENT_RESOURCES);
                         }
                         st.channels += 1;
                         st.channel_tx.push(self.tx.clone());
+                        st.channel_stats.push(self.stats.clone());
                     }
+                    Counters::bump(&self.server.counters.binds);
+                    Counters::bump(&bound.binds);
                     let key = SessionKeys::channel_signing_key(&session_key, &pending.preauth);
                     self.channels.insert(
                         sid,
@@ -188,12 +200,16 @@ impl Conn {
                         state: parking_lot::Mutex::new(SessionState {
                             channels: 1,
                             channel_tx: vec![self.tx.clone()],
+                            channel_stats: vec![self.stats.clone()],
                             next_tree: 1,
                             ..SessionState::default()
                         }),
                         closed: std::sync::atomic::AtomicBool::new(false),
+                        binds: Default::default(),
+                        channels_lost: Default::default(),
                     });
                     self.server.add_session(s.clone());
+                    Counters::bump(&self.server.counters.sessions);
                     self.channels.insert(
                         sid,
                         Channel {
@@ -211,9 +227,16 @@ impl Conn {
                 Outcome::Reply(Reply::ok())
             }
             Err(e) => {
-                self.pending_auth.remove(&sid);
+                if self
+                    .pending_auth
+                    .remove(&sid)
+                    .is_some_and(|p| p.binding.is_some())
+                {
+                    Counters::bump(&self.server.counters.binds_denied);
+                }
                 let user = tried.unwrap_or_default();
                 tracing::warn!(peer = %self.peer, user = %user, "SMB logon failure: {e}");
+                Counters::bump(&self.server.counters.logon_failures);
                 Outcome::Error(NtStatus::LOGON_FAILURE)
             }
         }

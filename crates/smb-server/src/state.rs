@@ -94,6 +94,10 @@ pub struct Server {
     /// before it.
     pub leases: Mutex<LeaseIndex>,
     pub locks: LockTable,
+    /// Open connections with their counters, and the server-wide counters (`lanes status`,
+    /// `/metrics`).
+    pub conns: crate::stats::ConnTable,
+    pub counters: crate::stats::Counters,
     next_id: AtomicU64,
 }
 
@@ -112,6 +116,8 @@ impl Server {
             files: Mutex::new(HashMap::new()),
             leases: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
+            conns: crate::stats::ConnTable::default(),
+            counters: crate::stats::Counters::default(),
             // Random high bits keep ids of different server runs apart.
             next_id: AtomicU64::new((u64::from(rand::random::<u16>()) << 40) | 1),
         }
@@ -162,6 +168,11 @@ impl Server {
     pub fn session_count(&self) -> usize {
         self.sessions.lock().len()
     }
+
+    /// Every session, for status.
+    pub fn sessions_snapshot(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().values().cloned().collect()
+    }
 }
 
 /// An authenticated session, shared by its channels.
@@ -178,6 +189,9 @@ pub struct Session {
     pub signing_required: bool,
     pub state: Mutex<SessionState>,
     pub closed: AtomicBool,
+    /// Channels bound after the first one, and channels lost while the session lived on.
+    pub binds: AtomicU64,
+    pub channels_lost: AtomicU64,
 }
 
 #[derive(Default)]
@@ -189,6 +203,8 @@ pub struct SessionState {
     /// The writers of the session's channels, for break notifications whose own connection
     /// is gone.
     pub channel_tx: Vec<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    /// The counters of the connections that are the session's channels.
+    pub channel_stats: Vec<Arc<crate::stats::ConnStats>>,
 }
 
 impl Session {

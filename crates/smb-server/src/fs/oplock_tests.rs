@@ -206,6 +206,8 @@ fn break_goes_to_another_channel_when_the_holder_connection_is_gone() {
             ..SessionState::default()
         }),
         closed: AtomicBool::new(false),
+        binds: Default::default(),
+        channels_lost: Default::default(),
     }));
     with_holder(
         &s,
