@@ -1,19 +1,21 @@
 //! Async requests: CANCEL, the final answers of requests that went async (CHANGE_NOTIFY, a
-//! CREATE waiting for lease or oplock break acknowledgments), and the encryption of whole
-//! frames.
+//! CREATE waiting for lease or oplock break acknowledgments, a blocking LOCK), and the
+//! encryption of whole frames.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use smb_proto::crypto::transform::{self, TRANSFORM_HEADER_LEN};
 use smb_proto::crypto::SigningKey;
-use smb_proto::msg::{ErrorResponse, Message as _, Request};
+use smb_proto::msg::lock::LockElement;
+use smb_proto::msg::{ErrorResponse, LockRequest, LockResponse, Message as _, Request};
 use smb_proto::{Header, HeaderIds, NtStatus, HEADER_LEN};
 
 use crate::conn::{set_prefix, AsyncOp, Conn, Incoming, Outcome};
 use crate::dispatch::Ctx;
+use crate::fs::open::Open;
 use crate::fs::oplock::Requester;
-use crate::state::{FileKey, Session, Tree};
+use crate::state::{FileKey, Server, Session, Tree};
 
 /// How the final response of an async request goes out: signed with its channel's key when
 /// the request was signed or the session requires it, or encrypted for the session.
@@ -70,6 +72,9 @@ impl Conn {
     pub fn complete_async(&mut self, op: AsyncOp, status: NtStatus) {
         if op.done.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
+        }
+        if let Some(w) = &op.wake {
+            w.notify_one();
         }
         let out = self.async_frame(&op, status, false);
         self.extra.push(out);
@@ -131,6 +136,8 @@ impl Conn {
             file_id: None,
             done: done.clone(),
             encrypted: inc.encrypted,
+            on_close: NtStatus::CANCELLED,
+            wake: None,
         });
         let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
         let header = inc.header.clone();
@@ -169,6 +176,115 @@ impl Conn {
         });
         Outcome::Pending(async_id)
     }
+}
+
+impl Conn {
+    /// A blocking LOCK that cannot be granted now goes async (MS-SMB2 3.3.5.14.2): the interim
+    /// STATUS_PENDING is answered, and a task retries the lock whenever a range of the file is
+    /// released. It ends with SUCCESS once granted, CANCELLED on a CANCEL, RANGE_NOT_LOCKED
+    /// when its handle is closed (CLOSE, TREE_DISCONNECT, LOGOFF) first.
+    pub fn lock_async(
+        &mut self,
+        inc: &Incoming<'_>,
+        session: &Arc<Session>,
+        open: Arc<Open>,
+        req: &LockRequest,
+    ) -> Outcome {
+        let Some(element) = req.locks.first().copied() else {
+            return Outcome::Error(NtStatus::INVALID_PARAMETER);
+        };
+        let async_id = self.new_async_id();
+        let done = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
+        self.async_ops.push(AsyncOp {
+            async_id,
+            header: inc.header.clone(),
+            session_id: inc.session_id,
+            file_id: Some(open.file_id()),
+            done: done.clone(),
+            encrypted: inc.encrypted,
+            on_close: crate::fs::status::RANGE_NOT_LOCKED,
+            wake: Some(wake.clone()),
+        });
+        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
+        let header = inc.header.clone();
+        let session_id = inc.session_id;
+        let (server, tx) = (self.server.clone(), self.tx.clone());
+        tracing::debug!(session = %format_args!("{:#x}", session.id), "blocking LOCK {}+{} waits", element.offset, element.length);
+        tokio::spawn(async move {
+            let status = wait_for_lock(&server, &open, element, &done, &wake).await;
+            let Some(status) = status else { return };
+            if done.swap(true, Ordering::AcqRel) {
+                // Answered meanwhile (a CANCEL): a lock just taken is given back.
+                if status == NtStatus::SUCCESS {
+                    undo_lock(&server, &open, element);
+                }
+                return;
+            }
+            let mut out = vec![0u8; 4 + HEADER_LEN];
+            if status == NtStatus::SUCCESS {
+                LockResponse.encode(&mut out);
+            } else {
+                ErrorResponse::default().encode(&mut out);
+            }
+            let _ = tx.send(seal.finish(&header, async_id, session_id, status, out));
+        });
+        Outcome::Pending(async_id)
+    }
+}
+
+/// Retries `element` on `open` each time a range of its file is released; None once someone
+/// else has answered the request (`done`, then `wake`).
+async fn wait_for_lock(
+    server: &Server,
+    open: &Open,
+    element: LockElement,
+    done: &AtomicBool,
+    wake: &tokio::sync::Notify,
+) -> Option<NtStatus> {
+    let released = server.locks.waiter(open.key);
+    let status = loop {
+        let notified = released.notified();
+        tokio::pin!(notified);
+        // Registered before the attempt, so a release between the two is not missed.
+        notified.as_mut().enable();
+        if done.load(Ordering::Acquire) {
+            break None;
+        }
+        if open.closed.load(Ordering::Acquire) {
+            break Some(crate::fs::status::RANGE_NOT_LOCKED);
+        }
+        match server
+            .locks
+            .apply(open.key, open.volatile, std::slice::from_ref(&element))
+        {
+            Ok(()) if open.closed.load(Ordering::Acquire) => {
+                // Closed while the lock was being taken: its ranges are already released.
+                server.locks.release_open(open.key, open.volatile);
+                break Some(crate::fs::status::RANGE_NOT_LOCKED);
+            }
+            Ok(()) => break Some(NtStatus::SUCCESS),
+            Err(crate::fs::status::LOCK_NOT_GRANTED) => {}
+            Err(s) => break Some(s),
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = wake.notified() => {}
+        }
+    };
+    server.locks.unwait(open.key, released);
+    status
+}
+
+fn undo_lock(server: &Server, open: &Open, element: LockElement) {
+    let unlock = LockElement {
+        flags: smb_proto::msg::lock::LOCKFLAG_UNLOCK,
+        ..element
+    };
+    let _ = server
+        .locks
+        .apply(open.key, open.volatile, std::slice::from_ref(&unlock));
 }
 
 /// Encrypts a response chain for `session`: prefix, TRANSFORM_HEADER, ciphertext.

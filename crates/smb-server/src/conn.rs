@@ -90,6 +90,11 @@ pub struct AsyncOp {
     /// Set by whoever answers it first (CANCEL, CLOSE, a change event).
     pub done: Arc<std::sync::atomic::AtomicBool>,
     pub encrypted: bool,
+    /// The answer when `file_id`'s handle is closed first (NOTIFY_CLEANUP for CHANGE_NOTIFY,
+    /// RANGE_NOT_LOCKED for a blocking LOCK).
+    pub on_close: NtStatus,
+    /// Wakes the task that would answer it (a blocking LOCK) once someone else has.
+    pub wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 pub struct Conn {
@@ -234,6 +239,9 @@ impl Conn {
     fn teardown(&mut self) {
         for op in &self.async_ops {
             op.done.store(true, std::sync::atomic::Ordering::Release);
+            if let Some(w) = &op.wake {
+                w.notify_one();
+            }
         }
         for (id, ch) in self.channels.drain() {
             let last = {

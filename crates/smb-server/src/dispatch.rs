@@ -117,7 +117,15 @@ impl Conn {
             Request::QueryInfo(r) => crate::fs::info::query_info(&ctx, &open, &r, out),
             Request::SetInfo(r) => crate::fs::setinfo::set_info(&ctx, &open, &r, out),
             Request::QueryDirectory(r) => crate::fs::dir::query_directory(&ctx, &open, &r, out),
-            Request::Lock(r) => crate::fs::lock::lock(&ctx, &open, &r, out),
+            Request::Lock(r) => match crate::fs::lock::lock(&ctx, &open, &r, out) {
+                Err(crate::fs::status::LOCK_NOT_GRANTED)
+                    if inc.last && crate::fs::lock::may_block(&r) =>
+                {
+                    // MS-SMB2 3.3.5.14.2: a blocking lock waits; an interim response now.
+                    return self.lock_async(&inc, &session, open, &r);
+                }
+                other => other,
+            },
             Request::ChangeNotify(notify) => {
                 if !open.is_dir {
                     return Outcome::Error(NtStatus::INVALID_PARAMETER);
@@ -130,6 +138,8 @@ impl Conn {
                     file_id: Some(fid),
                     done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
                     encrypted: inc.encrypted,
+                    on_close: NtStatus(0x0000_010B),
+                    wake: None,
                 };
                 let frame =
                     self.async_frame(&op, crate::fs::status::NOTIFY_ENUM_DIR, inc.encrypted);
@@ -151,13 +161,15 @@ impl Conn {
             _ => Err(NtStatus::NOT_SUPPORTED),
         };
         if matches!(inc.header.command, smb_proto::Command::Close) && reply.is_ok() {
-            // Pending CHANGE_NOTIFYs on the closed handle end with NOTIFY_CLEANUP.
+            // Pending CHANGE_NOTIFYs on the closed handle end with NOTIFY_CLEANUP, blocking
+            // LOCKs with RANGE_NOT_LOCKED.
             let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.async_ops)
                 .into_iter()
                 .partition(|op| op.file_id == Some(fid) && op.session_id == inc.session_id);
             self.async_ops = keep;
             for op in done {
-                self.complete_async(op, NtStatus(0x0000_010B));
+                let status = op.on_close;
+                self.complete_async(op, status);
             }
         }
         reply.into()

@@ -1,12 +1,17 @@
 //! Byte-range locks (MS-SMB2 3.3.5.14): shared and exclusive ranges per file, owned by an open.
-//! A lock that cannot be granted at once fails with LOCK_NOT_GRANTED (blocking waits are not
-//! offered); READ and WRITE check the ranges other opens hold.
+//! A lock that cannot be granted at once fails with LOCK_NOT_GRANTED when the client asks to
+//! fail immediately (or sends several locks); a single blocking lock waits (the connection
+//! answers STATUS_PENDING and `Conn::lock_async` retries it whenever a range of the file is
+//! released). READ and WRITE check the ranges other opens hold.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use smb_proto::msg::lock::{LOCKFLAG_EXCLUSIVE_LOCK, LOCKFLAG_SHARED_LOCK, LOCKFLAG_UNLOCK};
+use smb_proto::msg::lock::{
+    LockElement, LOCKFLAG_EXCLUSIVE_LOCK, LOCKFLAG_FAIL_IMMEDIATELY, LOCKFLAG_SHARED_LOCK,
+    LOCKFLAG_UNLOCK,
+};
 use smb_proto::msg::{LockRequest, LockResponse, Message as _};
 use smb_proto::NtStatus;
 
@@ -42,6 +47,8 @@ impl Range {
 #[derive(Debug, Default)]
 pub struct LockTable {
     files: Mutex<HashMap<FileKey, Vec<Range>>>,
+    /// Woken when a range of the file is released, for the blocking locks waiting on it.
+    released: Mutex<HashMap<FileKey, Arc<tokio::sync::Notify>>>,
 }
 
 impl LockTable {
@@ -78,6 +85,112 @@ impl LockTable {
                 files.remove(&key);
             }
         }
+        drop(files);
+        self.wake(key);
+    }
+
+    /// What a blocking lock on `key` waits on.
+    pub fn waiter(&self, key: FileKey) -> Arc<tokio::sync::Notify> {
+        self.released.lock().entry(key).or_default().clone()
+    }
+
+    /// A blocking lock that has finished lets go of its file's notifier (the last one drops it).
+    pub fn unwait(&self, key: FileKey, waiter: Arc<tokio::sync::Notify>) {
+        let mut map = self.released.lock();
+        // Held by the map and by `waiter`: nobody else waits.
+        if Arc::strong_count(&waiter) <= 2 {
+            map.remove(&key);
+        }
+    }
+
+    fn wake(&self, key: FileKey) {
+        if let Some(n) = self.released.lock().get(&key) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Applies the elements of one LOCK request in order (MS-SMB2 3.3.5.14.1, 3.3.5.14.2): a
+    /// request either unlocks or locks (the first element decides; an element of the other
+    /// kind is INVALID_PARAMETER). Unlocks done before a failing element stay done; locks
+    /// taken before a failing element are undone.
+    pub fn apply(&self, key: FileKey, open: u64, locks: &[LockElement]) -> Result<(), NtStatus> {
+        let unlocking = locks
+            .first()
+            .is_some_and(|l| l.flags & LOCKFLAG_UNLOCK != 0);
+        let mut files = self.files.lock();
+        let list = files.entry(key).or_default();
+        // Locks are pushed at the end: undoing them is a truncation.
+        let before = list.len();
+        let mut result = Ok(());
+        for l in locks {
+            if l.offset.checked_add(l.length.saturating_sub(1)).is_none() {
+                result = Err(INVALID_LOCK_RANGE);
+                break;
+            }
+            let mode = l.flags & (LOCKFLAG_SHARED_LOCK | LOCKFLAG_EXCLUSIVE_LOCK | LOCKFLAG_UNLOCK);
+            if unlocking {
+                if mode != LOCKFLAG_UNLOCK {
+                    result = Err(NtStatus::INVALID_PARAMETER);
+                    break;
+                }
+                let pos = list
+                    .iter()
+                    .position(|r| r.open == open && r.offset == l.offset && r.length == l.length);
+                match pos {
+                    Some(i) => {
+                        list.remove(i);
+                    }
+                    None => {
+                        result = Err(status::RANGE_NOT_LOCKED);
+                        break;
+                    }
+                }
+                continue;
+            }
+            let exclusive = match mode {
+                LOCKFLAG_SHARED_LOCK => false,
+                LOCKFLAG_EXCLUSIVE_LOCK => true,
+                _ => {
+                    result = Err(NtStatus::INVALID_PARAMETER);
+                    break;
+                }
+            };
+            // Samba's brl_conflict: shared locks never collide, nor does a shared lock with
+            // the same open's own locks.
+            let clash = list.iter().any(|r| {
+                (exclusive || (r.exclusive && r.open != open)) && r.overlaps(l.offset, l.length)
+            });
+            if clash {
+                result = Err(status::LOCK_NOT_GRANTED);
+                break;
+            }
+            list.push(Range {
+                open,
+                offset: l.offset,
+                length: l.length,
+                exclusive,
+            });
+        }
+        if result.is_err() && !unlocking {
+            list.truncate(before);
+        }
+        let released = unlocking && list.len() < before;
+        if list.is_empty() {
+            files.remove(&key);
+        }
+        drop(files);
+        if released {
+            self.wake(key);
+        }
+        result
+    }
+}
+
+/// A request that may wait for its lock: one element, a lock without FAIL_IMMEDIATELY.
+pub fn may_block(req: &LockRequest) -> bool {
+    match req.locks.as_slice() {
+        [l] => l.flags & (LOCKFLAG_FAIL_IMMEDIATELY | LOCKFLAG_UNLOCK) == 0,
+        _ => false,
     }
 }
 
@@ -90,67 +203,120 @@ pub fn lock(
     if req.locks.is_empty() {
         return Err(NtStatus::INVALID_PARAMETER);
     }
-    let unlocking = req
+    ctx.server
         .locks
-        .first()
-        .is_some_and(|l| l.flags & LOCKFLAG_UNLOCK != 0);
-    let mut files = ctx.server.locks.files.lock();
-    let list = files.entry(open.key).or_default();
-    let before = list.clone();
-    for l in &req.locks {
-        if l.offset.checked_add(l.length.saturating_sub(1)).is_none() {
-            *list = before;
-            return Err(INVALID_LOCK_RANGE);
-        }
-        let mode = l.flags & (LOCKFLAG_SHARED_LOCK | LOCKFLAG_EXCLUSIVE_LOCK | LOCKFLAG_UNLOCK);
-        if unlocking {
-            if mode != LOCKFLAG_UNLOCK {
-                *list = before;
-                return Err(NtStatus::INVALID_PARAMETER);
-            }
-            let pos = list.iter().position(|r| {
-                r.open == open.volatile && r.offset == l.offset && r.length == l.length
-            });
-            match pos {
-                Some(i) => {
-                    list.remove(i);
-                }
-                None => {
-                    *list = before;
-                    return Err(status::RANGE_NOT_LOCKED);
-                }
-            }
-            continue;
-        }
-        let exclusive = match mode {
-            LOCKFLAG_SHARED_LOCK => false,
-            LOCKFLAG_EXCLUSIVE_LOCK => true,
-            _ => {
-                *list = before;
-                return Err(NtStatus::INVALID_PARAMETER);
-            }
-        };
-        // Samba's brl_conflict: shared locks never collide, nor does a shared lock with
-        // the same open's own locks.
-        let clash = list.iter().any(|r| {
-            (exclusive || (r.exclusive && r.open != open.volatile))
-                && r.overlaps(l.offset, l.length)
-        });
-        if clash {
-            *list = before;
-            return Err(status::LOCK_NOT_GRANTED);
-        }
-        list.push(Range {
-            open: open.volatile,
-            offset: l.offset,
-            length: l.length,
-            exclusive,
-        });
-    }
-    if list.is_empty() {
-        files.remove(&open.key);
-    }
-    drop(files);
+        .apply(open.key, open.volatile, &req.locks)?;
     LockResponse.encode(out);
     Ok(Reply::ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: FileKey = (1, 2);
+
+    fn el(offset: u64, flags: u32) -> LockElement {
+        LockElement {
+            offset,
+            length: 10,
+            flags,
+        }
+    }
+    const X: u32 = LOCKFLAG_EXCLUSIVE_LOCK | LOCKFLAG_FAIL_IMMEDIATELY;
+    const U: u32 = LOCKFLAG_UNLOCK;
+
+    fn held(t: &LockTable, open: u64, offset: u64) -> bool {
+        t.conflicts(KEY, open + 1, offset, 1, false)
+    }
+
+    #[test]
+    fn unlocks_before_a_failing_element_stay_done() {
+        let t = LockTable::default();
+        t.apply(KEY, 1, &[el(10, X)]).unwrap();
+        // The first element is not locked: nothing is unlocked.
+        assert_eq!(
+            t.apply(KEY, 1, &[el(0, U), el(10, U)]),
+            Err(status::RANGE_NOT_LOCKED)
+        );
+        assert!(held(&t, 1, 10));
+        // The second is not locked: the first stays unlocked.
+        assert_eq!(
+            t.apply(KEY, 1, &[el(10, U), el(0, U)]),
+            Err(status::RANGE_NOT_LOCKED)
+        );
+        assert!(!held(&t, 1, 10));
+    }
+
+    #[test]
+    fn locks_before_a_failing_element_are_undone() {
+        let t = LockTable::default();
+        t.apply(KEY, 2, &[el(10, X)]).unwrap();
+        assert_eq!(
+            t.apply(KEY, 1, &[el(0, X), el(10, X)]),
+            Err(status::LOCK_NOT_GRANTED)
+        );
+        assert!(!held(&t, 1, 0), "the first lock was undone");
+        // A lock then an unlock in one request: INVALID_PARAMETER, the lock undone.
+        assert_eq!(
+            t.apply(KEY, 1, &[el(0, X), el(10, U)]),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert!(!held(&t, 1, 0));
+        assert!(held(&t, 2, 10), "the other open's lock is untouched");
+        // An unlock then a lock: the unlock stays done.
+        assert_eq!(
+            t.apply(KEY, 2, &[el(10, U), el(0, X)]),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert!(!held(&t, 2, 10));
+    }
+
+    #[test]
+    fn only_a_single_lock_without_fail_immediately_may_block() {
+        let req = |locks: Vec<LockElement>| LockRequest {
+            locks,
+            ..LockRequest::default()
+        };
+        assert!(may_block(&req(vec![el(0, LOCKFLAG_EXCLUSIVE_LOCK)])));
+        assert!(!may_block(&req(vec![el(0, X)])));
+        assert!(!may_block(&req(vec![el(0, U)])));
+        assert!(!may_block(&req(vec![
+            el(0, LOCKFLAG_EXCLUSIVE_LOCK),
+            el(10, LOCKFLAG_EXCLUSIVE_LOCK)
+        ])));
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_the_waiters_of_its_file_only() {
+        let t = Arc::new(LockTable::default());
+        t.apply(KEY, 1, &[el(0, X)]).unwrap();
+        let waiter = t.waiter(KEY);
+        let other = t.waiter((9, 9));
+        {
+            let woken = waiter.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let not_woken = other.notified();
+            tokio::pin!(not_woken);
+            not_woken.as_mut().enable();
+            // A failed unlock releases nothing and wakes nobody.
+            assert!(t.apply(KEY, 1, &[el(50, U)]).is_err());
+            assert!(futures_poll(woken.as_mut()).is_pending());
+            t.apply(KEY, 1, &[el(0, U)]).unwrap();
+            assert!(futures_poll(woken.as_mut()).is_ready());
+            assert!(futures_poll(not_woken.as_mut()).is_pending());
+        }
+        // The last waiter lets go of the notifier.
+        t.unwait(KEY, waiter);
+        assert!(!t.released.lock().contains_key(&KEY));
+    }
+
+    fn futures_poll<F: std::future::Future>(
+        f: std::pin::Pin<&mut F>,
+    ) -> std::task::Poll<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        f.poll(&mut cx)
+    }
 }

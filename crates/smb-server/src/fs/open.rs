@@ -81,6 +81,9 @@ pub struct Open {
     pub listing: Mutex<Option<super::dir::Listing>>,
     /// FilePositionInformation: where the last READ or WRITE ended, or what SET_INFO set.
     pub position: std::sync::atomic::AtomicU64,
+    /// Closed (CLOSE, TREE_DISCONNECT, LOGOFF, the session's end): a blocking lock waiting on
+    /// this open gives up.
+    pub closed: AtomicBool,
 }
 
 impl Open {
@@ -362,6 +365,7 @@ pub fn create(
         write_through: opts & OPT_WRITE_THROUGH != 0,
         listing: Mutex::new(None),
         position: std::sync::atomic::AtomicU64::new(0),
+        closed: AtomicBool::new(false),
     });
     if action == 3 || action == 0 {
         if let Err(e) = open.file.set_len(0) {
@@ -466,6 +470,7 @@ pub fn close(
 /// Drops an open's share-mode entry and its locks; the last open of a file with a pending
 /// delete removes it.
 pub fn close_open(server: &Server, open: &Open) {
+    open.closed.store(true, Ordering::Release);
     server.locks.release_open(open.key, open.volatile);
     if open.delete_on_close.load(Ordering::Relaxed) {
         if let Some(st) = server.files.lock().get_mut(&open.key) {
