@@ -101,6 +101,13 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 
+    /// The size the storage itself reports now, for a device whose size a tool outside lanes
+    /// can change (an RBD image after `rbd resize`); None for one that only lanes grows. A
+    /// blocking call (it may ask the storage).
+    fn size_from_storage(&self) -> Option<std::io::Result<u64>> {
+        None
+    }
+
     /// COMPARE AND WRITE done by the storage itself: if `[offset, offset + compare.len())`
     /// equals `compare`, write `write` (same length) there, atomically against every client of
     /// the storage (other gateways of a shared image included). `None`: the device has no such

@@ -19,6 +19,7 @@ mod server;
 mod session;
 mod stats;
 mod status;
+mod storage_size;
 mod target;
 mod text;
 mod tmf;
@@ -177,7 +178,10 @@ pub async fn start_full(
             .map(|t| (t.name.clone(), t.wwids()))
             .collect(),
     };
-    let mut tasks = vec![tokio::spawn(limits::report_loop(server.clone()))];
+    let mut tasks = vec![
+        tokio::spawn(limits::report_loop(server.clone())),
+        tokio::spawn(storage_size::follow_loop(server.clone())),
+    ];
     tasks.extend(status::start(&server).await?);
     Ok(ServerHandle {
         info,

@@ -82,6 +82,58 @@ fn two_gateways_over_one_image_see_one_lun() {
     });
 }
 
+/// `rbd resize` outside lanes: every gateway picks the new size up by itself and tells its
+/// hosts (CAPACITY DATA HAS CHANGED), then READ CAPACITY gives the new size everywhere, and
+/// the blocks past the old end are written through one gateway and read through the other.
+#[test]
+fn a_resized_image_grows_on_every_gateway() {
+    let cluster = Cluster::start(2);
+    cluster.image("grow", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let g = |name| {
+        cluster.gateway(
+            env!("CARGO_BIN_EXE_lanes"),
+            "iqn.2026-11.io.lanes:ceph",
+            "rbd/grow",
+            &dir.path().join(name),
+        )
+    };
+    let (a, b) = (g("a"), g("b"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sa = login(&a, "iqn.2026-11.test:host-a").await;
+        let sb = login(&b, "iqn.2026-11.test:host-b").await;
+        assert_eq!(sa.read_capacity16().await.unwrap(), (64 << 20 >> 9, 512));
+        cluster.rbd(&["resize", "rbd/grow", "--size", "96M"]);
+        for s in [&sa, &sb] {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let out = s
+                    .execute([0u8; 16], 0, None)
+                    .await
+                    .expect("TEST UNIT READY");
+                match (out.status, out.sense_triplet()) {
+                    (2, Some((6, 0x2a, 0x09))) => break,
+                    (0, _) => {}
+                    other => panic!("TEST UNIT READY answered {other:?}"),
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no CAPACITY DATA HAS CHANGED within 30 s of rbd resize"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            assert_eq!(s.read_capacity16().await.unwrap(), (96 << 20 >> 9, 512));
+        }
+        let lba = (80 << 20) >> 9;
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 241) as u8).collect();
+        sa.write_fua(lba, Bytes::from(data.clone()), true)
+            .await
+            .unwrap();
+        assert_eq!(sb.read(lba, 16).await.unwrap(), Bytes::from(data));
+    });
+}
+
 /// COMPARE AND WRITE(16) of one block: Ok on GOOD, Err with the sense on MISCOMPARE.
 async fn caw(s: &Session, lba: u64, verify: &[u8], write: &[u8]) -> Result<(), (u8, u8, u8)> {
     let mut cdb = [0u8; 16];

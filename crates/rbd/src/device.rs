@@ -177,6 +177,14 @@ impl BlockDevice for RbdDevice {
         })
     }
 
+    fn size_from_storage(&self) -> Option<std::io::Result<u64>> {
+        Some(
+            self.image
+                .size_now()
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        )
+    }
+
     fn grow(&self, size: u64) -> std::io::Result<()> {
         let now = self
             .image

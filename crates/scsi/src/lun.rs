@@ -146,6 +146,21 @@ impl LogicalUnit {
         Ok(true)
     }
 
+    /// Follows a size changed outside lanes (an RBD image grown with `rbd resize`): grows the
+    /// logical unit to the storage's size, rounded down to whole blocks, with CAPACITY DATA
+    /// HAS CHANGED. Ok(None) for a device whose size only lanes changes; Ok(Some(false)) when
+    /// nothing changed. A smaller size is an error (data would vanish under the hosts), and
+    /// the capacity stays.
+    pub fn follow_storage_size(&self) -> Result<Option<bool>, Error> {
+        let Some(reported) = self.cfg.device.size_from_storage() else {
+            return Ok(None);
+        };
+        let bytes =
+            reported.map_err(|e| Error::Config(format!("reading the storage's size: {e}")))?;
+        let bs = u64::from(self.cfg.block_size);
+        self.grow(bytes - bytes % bs).map(Some)
+    }
+
     /// Makes a nexus known that logged in before this LU existed (a LUN added at run time),
     /// with `condition` as its first unit attention.
     pub fn nexus_joined(&self, n: &Nexus, condition: (u8, u8)) {
