@@ -193,6 +193,7 @@ impl Conn {
         let Some(element) = req.locks.first().copied() else {
             return Outcome::Error(NtStatus::INVALID_PARAMETER);
         };
+        let lock_sequence = req.lock_sequence;
         let async_id = self.new_async_id();
         let done = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(tokio::sync::Notify::new());
@@ -224,6 +225,7 @@ impl Conn {
             }
             let mut out = vec![0u8; 4 + HEADER_LEN];
             if status == NtStatus::SUCCESS {
+                open.lock_sequences.done(lock_sequence);
                 LockResponse.encode(&mut out);
             } else {
                 ErrorResponse::default().encode(&mut out);

@@ -5,6 +5,7 @@
 //! released). READ and WRITE check the ranges other opens hold.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -186,6 +187,49 @@ impl LockTable {
     }
 }
 
+/// Open.LockSequenceArray (MS-SMB2 3.3.1.10, 3.3.5.14): the last lock sequence number done
+/// under each of the 64 indexes, so a LOCK replayed on another channel after a lost one is
+/// answered SUCCESS without being applied twice. Checked for every open: the server is SMB
+/// 3.x with MULTI_CHANNEL.
+#[derive(Debug)]
+pub struct LockSequences([AtomicU8; 64]);
+
+/// An entry with no valid sequence number (numbers are 4 bits).
+const NO_SEQUENCE: u8 = 0xFF;
+
+impl Default for LockSequences {
+    fn default() -> Self {
+        LockSequences(std::array::from_fn(|_| AtomicU8::new(NO_SEQUENCE)))
+    }
+}
+
+impl LockSequences {
+    /// The entry `lock_sequence` names (LockSequenceIndex 1 to 64) and its number.
+    fn entry(&self, lock_sequence: u32) -> Option<(&AtomicU8, u8)> {
+        let index = (lock_sequence >> 4) as usize;
+        let number = (lock_sequence & 0xF) as u8;
+        let slot = self.0.get(index.checked_sub(1)?)?;
+        Some((slot, number))
+    }
+    /// Whether the request was done already (a replay).
+    pub fn is_replay(&self, lock_sequence: u32) -> bool {
+        self.entry(lock_sequence)
+            .is_some_and(|(slot, n)| slot.load(Ordering::Acquire) == n)
+    }
+    /// Before a request is applied: its entry is no longer valid.
+    pub fn begin(&self, lock_sequence: u32) {
+        if let Some((slot, _)) = self.entry(lock_sequence) {
+            slot.store(NO_SEQUENCE, Ordering::Release);
+        }
+    }
+    /// A request that succeeded: its number is kept for replays.
+    pub fn done(&self, lock_sequence: u32) {
+        if let Some((slot, n)) = self.entry(lock_sequence) {
+            slot.store(n, Ordering::Release);
+        }
+    }
+}
+
 /// A request that may wait for its lock: one element, a lock without FAIL_IMMEDIATELY.
 pub fn may_block(req: &LockRequest) -> bool {
     match req.locks.as_slice() {
@@ -203,9 +247,14 @@ pub fn lock(
     if req.locks.is_empty() {
         return Err(NtStatus::INVALID_PARAMETER);
     }
-    ctx.server
-        .locks
-        .apply(open.key, open.volatile, &req.locks)?;
+    let sequences = &open.lock_sequences;
+    if !sequences.is_replay(req.lock_sequence) {
+        sequences.begin(req.lock_sequence);
+        ctx.server
+            .locks
+            .apply(open.key, open.volatile, &req.locks)?;
+        sequences.done(req.lock_sequence);
+    }
     LockResponse.encode(out);
     Ok(Reply::ok())
 }
@@ -318,5 +367,34 @@ mod tests {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         f.poll(&mut cx)
+    }
+}
+
+#[cfg(test)]
+mod sequence_tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_sequence_done_is_a_replay_until_the_index_is_reused() {
+        let s = LockSequences::default();
+        let seq = |index: u32, number: u32| index << 4 | number;
+        assert!(!s.is_replay(seq(1, 3)));
+        s.begin(seq(1, 3));
+        s.done(seq(1, 3));
+        assert!(s.is_replay(seq(1, 3)), "the same index and number");
+        assert!(!s.is_replay(seq(1, 4)), "another number");
+        assert!(!s.is_replay(seq(2, 3)), "another index");
+        // A request under the index that has begun and not finished invalidates the entry.
+        s.begin(seq(1, 4));
+        assert!(!s.is_replay(seq(1, 3)));
+        assert!(!s.is_replay(seq(1, 4)));
+        // Index 0 and indexes past 64 are not checked.
+        for unchecked in [seq(0, 1), seq(65, 1)] {
+            s.begin(unchecked);
+            s.done(unchecked);
+            assert!(!s.is_replay(unchecked));
+        }
+        s.done(seq(64, 15));
+        assert!(s.is_replay(seq(64, 15)));
     }
 }

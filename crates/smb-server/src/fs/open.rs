@@ -84,6 +84,8 @@ pub struct Open {
     /// Closed (CLOSE, TREE_DISCONNECT, LOGOFF, the session's end): a blocking lock waiting on
     /// this open gives up.
     pub closed: AtomicBool,
+    /// LOCKs done, by lock sequence index, for replays.
+    pub lock_sequences: super::lock::LockSequences,
 }
 
 impl Open {
@@ -366,6 +368,7 @@ pub fn create(
         listing: Mutex::new(None),
         position: std::sync::atomic::AtomicU64::new(0),
         closed: AtomicBool::new(false),
+        lock_sequences: Default::default(),
     });
     if action == 3 || action == 0 {
         if let Err(e) = open.file.set_len(0) {
