@@ -108,6 +108,12 @@ pub trait BlockDevice: Send + Sync + 'static {
         None
     }
 
+    /// The storage refuses this server for good (an RBD client blocklisted by the cluster):
+    /// its target port groups go unavailable so hosts use other paths.
+    fn fenced(&self) -> bool {
+        false
+    }
+
     /// COMPARE AND WRITE done by the storage itself: if `[offset, offset + compare.len())`
     /// equals `compare`, write `write` (same length) there, atomically against every client of
     /// the storage (other gateways of a shared image included). `None`: the device has no such

@@ -134,6 +134,101 @@ fn a_resized_image_grows_on_every_gateway() {
     });
 }
 
+/// The cluster fences a gateway (`ceph osd blocklist add` of its client, as a surviving
+/// gateway or an admin does): that gateway answers every I/O, and then TEST UNIT READY, with
+/// NOT READY, TARGET PORT IN UNAVAILABLE STATE (02/04/0C), which multipath hosts take as "use
+/// another path" (not a medium error an application would see), and nothing it is sent lands;
+/// the other gateway serves on.
+#[test]
+fn a_blocklisted_gateway_sends_its_hosts_to_other_paths() {
+    let cluster = Cluster::start(2);
+    cluster.image("fence", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let g = |name| {
+        cluster.gateway(
+            env!("CARGO_BIN_EXE_lanes"),
+            "iqn.2026-11.io.lanes:ceph",
+            "rbd/fence",
+            &dir.path().join(name),
+        )
+    };
+    let a = g("a");
+    // A's client (one per gateway and image): the only watcher of the reservation object yet.
+    let object = "lanes.pr.fence"; // lanes_rbd::pr_object_name("fence")
+    let watchers = cluster.rados(&["-p", "rbd", "listwatchers", object]);
+    let addrs: Vec<&str> = watchers
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("watcher="))
+        .collect();
+    assert_eq!(addrs.len(), 1, "{watchers}");
+    let a_client = addrs[0].to_string();
+    let b = g("b");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sa = login(&a, "iqn.2026-11.test:host-a").await;
+        let sb = login(&b, "iqn.2026-11.test:host-b").await;
+        let lba = 1000u32;
+        assert_eq!(write10(&sa, lba, 0x11).await, (0, None), "before the fence");
+        cluster.ceph(&["osd", "blocklist", "add", &a_client]);
+        // The gateway learns of it with its next I/O (from the OSD map): until then a write
+        // may still go through.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match write10(&sa, lba, 0x22).await {
+                (0, _) => {}
+                (2, Some((2, 0x04, 0x0c))) => break,
+                other => panic!("a fenced gateway answered {other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline, "never fenced");
+        }
+        // From then on nothing it is sent lands, and its path looks unavailable.
+        assert_eq!(write10(&sa, lba, 0x33).await, (2, Some((2, 0x04, 0x0c))));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = sa
+                .execute([0u8; 16], 0, None)
+                .await
+                .expect("TEST UNIT READY");
+            match (out.status, out.sense_triplet()) {
+                (2, Some((2, 0x04, 0x0c))) => break,
+                (0, _) | (2, Some((6, 0x2a, 0x06))) => {}
+                other => panic!("TEST UNIT READY answered {other:?}"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "TEST UNIT READY still GOOD on the fenced gateway"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        // B serves on and holds the last write that went through A, not the refused ones.
+        let now = sb.read(u64::from(lba), 1).await.unwrap();
+        assert!(
+            now.iter().all(|x| *x == 0x11 || *x == 0x22),
+            "refused data landed"
+        );
+        assert_eq!(write10(&sb, lba, 0x44).await, (0, None));
+        assert!(sb
+            .read(u64::from(lba), 1)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| *x == 0x44));
+    });
+}
+
+/// WRITE(10) of one 512-byte block filled with `fill`: the status and the sense triplet.
+async fn write10(s: &Session, lba: u32, fill: u8) -> (u8, Option<(u8, u8, u8)>) {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x2a;
+    cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+    cdb[8] = 1;
+    let out = s
+        .execute(cdb, 0, Some(Bytes::from(vec![fill; 512])))
+        .await
+        .expect("transport");
+    (out.status, out.sense_triplet())
+}
+
 /// COMPARE AND WRITE(16) of one block: Ok on GOOD, Err with the sense on MISCOMPARE.
 async fn caw(s: &Session, lba: u64, verify: &[u8], write: &[u8]) -> Result<(), (u8, u8, u8)> {
     let mut cdb = [0u8; 16];

@@ -1,7 +1,7 @@
 //! [`RbdDevice`]: a block device over one RBD image.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use blockstore::{BlockDevice, Extent};
@@ -59,6 +59,53 @@ pub struct RbdDevice {
     image: Image,
     size: AtomicU64,
     id: String,
+    /// The cluster refused this client (`ceph osd blocklist`): every I/O fails at once as
+    /// NotConnected (NOT READY, TARGET PORT IN UNAVAILABLE STATE for the hosts) until lanes
+    /// serve is restarted with a new client.
+    fenced: AtomicBool,
+}
+
+/// The clients of the images opened in this process, by image, for the image's reservation
+/// store: a gateway is then one RADOS client per image, so fencing it (`ceph osd blocklist`
+/// of that client) stops its data and its reservation watch alike.
+static CLIENTS: std::sync::Mutex<Vec<(String, std::sync::Weak<Pool>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn client_key(source: &RbdSource) -> String {
+    format!(
+        "{}\n{}\n{}",
+        source.ceph_conf.display(),
+        source.client,
+        source.spec()
+    )
+}
+
+fn register_client(source: &RbdSource, pool: &Arc<Pool>) {
+    let mut clients = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
+    clients.retain(|(_, p)| p.strong_count() > 0);
+    let key = client_key(source);
+    clients.retain(|(k, _)| *k != key);
+    clients.push((key, Arc::downgrade(pool)));
+}
+
+/// The client of the device open on `source` in this process, if any.
+pub(crate) fn client_of(source: &RbdSource) -> Option<Arc<Pool>> {
+    let key = client_key(source);
+    let clients = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
+    clients
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, p)| p.upgrade())
+}
+
+/// ESHUTDOWN: what librados answers a blocklisted client.
+const EBLOCKLISTED: i32 = 108;
+
+fn fenced_error() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        "this gateway's Ceph client is blocklisted",
+    )
 }
 
 impl RbdDevice {
@@ -71,6 +118,7 @@ impl RbdDevice {
             &CLIENT_OPTIONS,
             &source.pool,
         )?);
+        register_client(source, &pool);
         let image = Image::open(pool, &source.image)?;
         let features = image.features()?;
         if features & EXCLUSIVE_LOCK != 0 {
@@ -85,7 +133,34 @@ impl RbdDevice {
             image,
             size: AtomicU64::new(size),
             id,
+            fenced: AtomicBool::new(false),
         })
+    }
+
+    /// Refuses I/O once fenced.
+    fn gate(&self) -> std::io::Result<()> {
+        if self.fenced.load(Ordering::Acquire) {
+            Err(fenced_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Notices a blocklisting in a librbd result: the device is fenced from then on.
+    fn watch<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        match r {
+            Err(e) if e.raw_os_error() == Some(EBLOCKLISTED) => {
+                if !self.fenced.swap(true, Ordering::AcqRel) {
+                    tracing::error!(
+                        image = %self.id,
+                        "the Ceph cluster has blocklisted this gateway's client: I/O refused, \
+                         hosts are sent to other paths; restart lanes serve to reconnect"
+                    );
+                }
+                Err(fenced_error())
+            }
+            other => other,
+        }
     }
 
     /// The image's id, stable across renames.
@@ -111,10 +186,11 @@ impl BlockDevice for RbdDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.check(offset, buf.len() as u64)?;
+        self.gate()?;
         let mut done = 0;
         while done < buf.len() {
             let rest = buf.get_mut(done..).unwrap_or_default();
-            let n = self.image.read(rest, offset + done as u64)?;
+            let n = self.watch(self.image.read(rest, offset + done as u64))?;
             if n == 0 {
                 // Past the end of what the image holds: zeros.
                 rest.fill(0);
@@ -127,11 +203,13 @@ impl BlockDevice for RbdDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.check(offset, buf.len() as u64)?;
+        self.gate()?;
         let mut done = 0;
         while done < buf.len() {
-            let n = self
-                .image
-                .write(buf.get(done..).unwrap_or_default(), offset + done as u64)?;
+            let n = self.watch(
+                self.image
+                    .write(buf.get(done..).unwrap_or_default(), offset + done as u64),
+            )?;
             if n == 0 {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::WriteZero,
@@ -155,12 +233,18 @@ impl BlockDevice for RbdDevice {
     }
 
     fn flush(&self) -> std::io::Result<()> {
-        self.image.flush()
+        self.gate()?;
+        self.watch(self.image.flush())
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<()> {
         self.check(offset, len)?;
-        self.image.discard(offset, len)
+        self.gate()?;
+        self.watch(self.image.discard(offset, len))
+    }
+
+    fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
     }
 
     fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<Extent>> {
@@ -220,11 +304,14 @@ impl BlockDevice for RbdDevice {
         write: &[u8],
         offset: u64,
     ) -> Option<std::io::Result<Option<u64>>> {
-        if let Err(e) = self.check(offset, write.len() as u64) {
+        if let Err(e) = self
+            .check(offset, write.len() as u64)
+            .and_then(|()| self.gate())
+        {
             return Some(Err(e));
         }
         // librbd reports the first difference relative to the request, as SCSI does.
-        let done = self.image.compare_and_write(compare, write, offset);
+        let done = self.watch(self.image.compare_and_write(compare, write, offset));
         if let Err(e) = &done {
             tracing::warn!(
                 offset,

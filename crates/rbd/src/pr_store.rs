@@ -52,10 +52,15 @@ pub struct RadosPrStore {
 }
 
 impl RadosPrStore {
-    /// Connects (a client of its own), creates the object if missing and watches it.
+    /// Creates the object if missing and watches it, through the client of the image's
+    /// device when this process has it open (one client per gateway and image), else a
+    /// client of its own.
     pub fn open(source: &RbdSource) -> Result<RadosPrStore, Error> {
         let conf = source.ceph_conf.display().to_string();
-        let pool = Arc::new(Pool::connect(&conf, &source.client, &[], &source.pool)?);
+        let pool = match crate::device::client_of(source) {
+            Some(pool) => pool,
+            None => Arc::new(Pool::connect(&conf, &source.client, &[], &source.pool)?),
+        };
         let name = format!("{}/{}", source.pool, pr_object_name(&source.image));
         let object = ObjectIo::open(pool, &pr_object_name(&source.image))?;
         object

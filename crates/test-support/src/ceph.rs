@@ -45,17 +45,31 @@ impl Cluster {
 
     /// `rbd ARGS...` against this cluster; panics with its output when it fails.
     pub fn rbd(&self, args: &[&str]) -> String {
+        self.tool("rbd", args)
+    }
+
+    /// `ceph ARGS...` against this cluster (e.g. `osd blocklist add ADDR`).
+    pub fn ceph(&self, args: &[&str]) -> String {
+        self.tool("ceph", args)
+    }
+
+    /// `rados ARGS...` against this cluster (e.g. `-p rbd listwatchers OBJECT`).
+    pub fn rados(&self, args: &[&str]) -> String {
+        self.tool("rados", args)
+    }
+
+    fn tool(&self, program: &str, args: &[&str]) -> String {
         let out = Command::new("timeout")
             .arg("60")
-            .arg("rbd")
+            .arg(program)
             .arg("-c")
             .arg(&self.conf)
             .args(args)
             .output()
-            .expect("rbd (ceph-common)");
+            .unwrap_or_else(|e| panic!("{program} (ceph-common): {e}"));
         assert!(
             out.status.success(),
-            "rbd {args:?}: {}",
+            "{program} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
