@@ -125,7 +125,7 @@ impl Inner {
                 if let (Ok(text), Some(f)) =
                     (std::str::from_utf8(payload), self.on_notice.read().as_ref())
                 {
-                    f(text);
+                    let _ = f(text);
                 }
             }
         }

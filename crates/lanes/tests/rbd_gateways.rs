@@ -216,6 +216,99 @@ fn a_blocklisted_gateway_sends_its_hosts_to_other_paths() {
     });
 }
 
+/// tcmu-runner issue 420, on purpose: a write held inside a paused gateway must not land
+/// after the host reset the LUN through another gateway and wrote the block anew there.
+/// Gateway A is stopped (SIGSTOP) with a write to block X on its way; the host gives up on it
+/// and resets the LUN through B: B's reset notice gets no answer from A, so B blocklists A's
+/// client (and waits for the OSDs to have that map) before the reset completes. The host
+/// writes X through B. A resumes: the held write is refused (the reset's unit attention, or
+/// NOT READY from the fence), A's next write is refused by the cluster (02/04/0C), and X
+/// keeps what was written through B after the reset.
+#[test]
+fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere() {
+    use lanes_test_support::serve::Signal;
+    let cluster = Cluster::start(2);
+    cluster.image("race", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let g = |name| {
+        cluster.gateway(
+            env!("CARGO_BIN_EXE_lanes"),
+            "iqn.2026-11.io.lanes:ceph",
+            "rbd/race",
+            &dir.path().join(name),
+        )
+    };
+    let (a, b) = (g("a"), g("b"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sa = std::sync::Arc::new(login(&a, "iqn.2026-11.test:host").await);
+        let sb = login(&b, "iqn.2026-11.test:host").await;
+        let lba = 2000u32;
+        assert_eq!(write10(&sa, lba, 0x11).await, (0, None));
+        a.signal(Signal::Stop);
+        wait_stopped(a.child.id());
+        let held = {
+            let sa = sa.clone();
+            tokio::spawn(async move { write10(&sa, lba, 0x22).await })
+        };
+        let started = std::time::Instant::now();
+        sb.lun_reset().await.expect("LUN RESET through B completes");
+        let took = started.elapsed();
+        // The reset's unit attention on B's own nexus, then the newer write.
+        let _ = sb.test_unit_ready().await;
+        assert_eq!(write10(&sb, lba, 0x33).await, (0, None), "the newer write");
+        a.signal(Signal::Cont);
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), held)
+            .await
+            .expect("A answers the held write once resumed")
+            .expect("task");
+        assert!(
+            matches!(
+                outcome,
+                (2, Some((6, 0x29, 0x03))) | (2, Some((2, 0x04, 0x0c)))
+            ),
+            "the held write must be refused, not done: {outcome:?}"
+        );
+        // A was fenced: what it is sent now is refused by the cluster (after the reset's unit
+        // attention, when the notice queued for A arrived after the held write ran).
+        let mut next = write10(&sa, lba, 0x55).await;
+        if next == (2, Some((6, 0x29, 0x03))) {
+            next = write10(&sa, lba, 0x55).await;
+        }
+        assert_eq!(next, (2, Some((2, 0x04, 0x0c))));
+        let now = sb.read(u64::from(lba), 1).await.unwrap();
+        assert!(
+            now.iter().all(|x| *x == 0x33),
+            "a stale write landed after the newer one (first byte {:#x})",
+            now[0]
+        );
+        eprintln!("LUN RESET through B with A paused: {took:?}");
+    });
+}
+
+/// Waits until every thread of process `pid` is stopped (SIGSTOP is delivered to each
+/// thread as it next runs): until then one of them may still be sending I/O.
+fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc");
+        let all = tasks.filter_map(Result::ok).all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+                .unwrap_or(true)
+        });
+        if all {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} not stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// WRITE(10) of one 512-byte block filled with `fill`: the status and the sense triplet.
 async fn write10(s: &Session, lba: u32, fill: u8) -> (u8, Option<(u8, u8, u8)>) {
     let mut cdb = [0u8; 16];

@@ -22,8 +22,16 @@ pub fn pr_object_name(image: &str) -> String {
     format!("lanes.pr.{image}")
 }
 
+/// The RADOS object where the gateways of `image` publish their client addresses.
+pub fn gateways_object_name(image: &str) -> String {
+    format!("lanes.gw.{image}")
+}
+
 struct Inner {
     object: ObjectIo,
+    /// `lanes.gw.IMAGE`: each gateway's client address under `client.GID`, so a gateway that
+    /// stops answering can be fenced by address.
+    gateways: ObjectIo,
     watch: OnceLock<Watch>,
     on_change: RwLock<Option<PrChangeFn>>,
     on_notice: RwLock<Option<NoticeFn>>,
@@ -62,12 +70,25 @@ impl RadosPrStore {
             None => Arc::new(Pool::connect(&conf, &source.client, &[], &source.pool)?),
         };
         let name = format!("{}/{}", source.pool, pr_object_name(&source.image));
-        let object = ObjectIo::open(pool, &pr_object_name(&source.image))?;
+        let object = ObjectIo::open(pool.clone(), &pr_object_name(&source.image))?;
         object
             .create()
             .map_err(|e| Error::Invalid(format!("creating {name}: {e}")))?;
+        let gateways = ObjectIo::open(pool, &gateways_object_name(&source.image))?;
+        let published = gateways.create().and_then(|()| {
+            let (gid, addr) = gateways.client_identity()?;
+            gateways.set_xattr(&format!("client.{gid}"), &addr)
+        });
+        published.map_err(|e| {
+            Error::Invalid(format!(
+                "publishing this gateway's client address in {}/{}: {e}",
+                source.pool,
+                gateways_object_name(&source.image)
+            ))
+        })?;
         let inner = Arc::new(Inner {
             object,
+            gateways,
             watch: OnceLock::new(),
             on_change: RwLock::new(None),
             on_notice: RwLock::new(None),
@@ -77,10 +98,9 @@ impl RadosPrStore {
         let (notified, broken) = (Arc::downgrade(&inner), Arc::downgrade(&inner));
         let watch = Watch::new(
             &inner.object,
-            Box::new(move |payload| {
-                if let Some(inner) = notified.upgrade() {
-                    inner.take(payload);
-                }
+            Box::new(move |payload| match notified.upgrade() {
+                Some(inner) => inner.take(payload),
+                None => true,
             }),
             Box::new(move |err| {
                 let weak = broken.clone();
@@ -97,30 +117,67 @@ impl RadosPrStore {
 
 impl Inner {
     /// An announcement: `VERSION\nTEXT`, or a notice: `notice SENDER\nATTENTION`. Anything
-    /// else is ignored (and acknowledged).
-    fn take(&self, payload: &[u8]) {
+    /// else is ignored (and acknowledged). Returns whether to acknowledge: a reset notice
+    /// whose commands under way here did not end in time is not.
+    fn take(&self, payload: &[u8]) -> bool {
         let Ok(text) = std::str::from_utf8(payload) else {
-            return;
+            return true;
         };
         if let Some(notice) = text.strip_prefix("notice ") {
             let Some((sender, attention)) = notice.split_once('\n') else {
-                return;
+                return true;
             };
             if sender != self.sender {
                 let on_notice = self.on_notice.read().unwrap_or_else(|e| e.into_inner());
                 if let Some(f) = on_notice.as_ref() {
-                    f(attention);
+                    return f(attention);
                 }
             }
-            return;
+            return true;
         }
         let Some((version, state)) = text.split_once('\n') else {
-            return;
+            return true;
         };
         let Ok(version) = version.parse::<u64>() else {
-            return;
+            return true;
         };
         self.deliver(Some(state), version);
+        true
+    }
+
+    /// Sends `payload` to every gateway's watch; a gateway that does not acknowledge in time
+    /// is fenced (its client blocklisted) before this returns, so whatever it still has in
+    /// flight can never land after what follows (the stale-write race of tcmu-runner issue
+    /// 420). An error when it could not be fenced.
+    fn tell_all(&self, payload: &[u8]) -> std::io::Result<()> {
+        let watch = self
+            .watch
+            .get()
+            .ok_or_else(|| std::io::Error::other("no watch"))?;
+        let silent = watch.notify(payload, NOTIFY_TIMEOUT_MS)?;
+        if silent.is_empty() {
+            return Ok(());
+        }
+        for (gid, cookie) in silent {
+            let addr = self
+                .gateways
+                .get_xattr(&format!("client.{gid}"))?
+                .ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "client.{gid} (watch {cookie}) did not answer and has no address in {}: \
+                         cannot fence it",
+                        self.name
+                    ))
+                })?;
+            tracing::warn!(
+                object = %self.name,
+                "gateway client.{gid} at {addr} did not answer within {NOTIFY_TIMEOUT_MS} ms: \
+                 blocklisting it (ceph osd blocklist add {addr})"
+            );
+            self.object
+                .blocklist(&addr, std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS))?;
+        }
+        Ok(())
     }
 
     fn deliver(&self, text: Option<&str>, version: u64) {
@@ -185,12 +242,7 @@ impl PrStore for RadosPrStore {
     }
 
     fn announce(&self, version: u64, text: &str) -> std::io::Result<()> {
-        let watch = self
-            .inner
-            .watch
-            .get()
-            .ok_or_else(|| std::io::Error::other("no watch"))?;
-        watch.notify(format!("{version}\n{text}").as_bytes(), NOTIFY_TIMEOUT_MS)
+        self.inner.tell_all(format!("{version}\n{text}").as_bytes())
     }
 
     fn subscribe(&self, on_change: PrChangeFn) {
@@ -202,13 +254,12 @@ impl PrStore for RadosPrStore {
     }
 
     fn notify(&self, attention: &str) -> std::io::Result<()> {
-        let watch = self
-            .inner
-            .watch
-            .get()
-            .ok_or_else(|| std::io::Error::other("no watch"))?;
         let payload = format!("notice {}\n{attention}", self.inner.sender);
-        watch.notify(payload.as_bytes(), NOTIFY_TIMEOUT_MS)
+        self.inner.tell_all(payload.as_bytes())
+    }
+
+    fn drains_on_reset(&self) -> bool {
+        true
     }
 
     fn subscribe_notices(&self, on_notice: NoticeFn) {

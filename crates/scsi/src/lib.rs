@@ -11,6 +11,7 @@ pub mod alua;
 mod caw_lock;
 pub mod cdb;
 mod command;
+mod drain;
 mod inquiry;
 mod io;
 mod lun;

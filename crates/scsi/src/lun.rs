@@ -74,6 +74,8 @@ pub struct LogicalUnit {
     pub(crate) copy: crate::xcopy::CopyManager,
     /// Other LUs of the target, for EXTENDED COPY (set by [`crate::LunMap`]).
     pub(crate) peers: RwLock<Vec<std::sync::Weak<LogicalUnit>>>,
+    /// The commands under way, for a reset made through another target of this LU.
+    pub(crate) drain: Arc<crate::drain::Drain>,
 }
 
 impl LogicalUnit {
@@ -107,6 +109,7 @@ impl LogicalUnit {
             prevent: Mutex::new(HashSet::new()),
             copy: Default::default(),
             peers: RwLock::new(Vec::new()),
+            drain: Arc::default(),
         };
         lu.attach_pr_store()?;
         Ok(lu)
@@ -290,6 +293,7 @@ impl LogicalUnit {
         ) {
             return None;
         }
+        let _under_way = self.drain.enter();
         self.check_alua_generation();
         if self.ua.any_pending() {
             return None;
@@ -339,6 +343,7 @@ impl LogicalUnit {
     pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);
         let action = req.cdb.get(1).copied().unwrap_or(0) & 0x1F;
+        let _under_way = self.drain.enter();
         self.check_alua_generation();
         // SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE do not report or clear a UA.
         if !matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE) {

@@ -23,8 +23,13 @@ pub enum StoreResult {
 pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) + Send + Sync>;
 
 /// Called with unit attentions another target raised for this target's nexuses (text as
-/// [`LogicalUnit::raise_shared_attention`] reads it).
-pub type NoticeFn = Box<dyn Fn(&str) + Send + Sync>;
+/// [`LogicalUnit::raise_shared_attention`] reads it). Returns whether the notice may be
+/// acknowledged: false when a reset's commands under way here did not end in time (the
+/// sender then fences this target rather than trust it).
+pub type NoticeFn = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// How long a reset made through another target waits for the commands under way here.
+pub const RESET_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reservation state shared by every gateway of a logical unit.
 pub trait PrStore: Send + Sync {
@@ -47,6 +52,12 @@ pub trait PrStore: Send + Sync {
     /// Registers what to call with another target's unit attentions (once, when the logical
     /// unit is created). The default never calls it.
     fn subscribe_notices(&self, _on_notice: NoticeFn) {}
+    /// Whether a reset notice from another target waits for the commands under way here
+    /// before it is acknowledged (stores whose notices arrive on a thread of their own, which
+    /// may block). Default: no.
+    fn drains_on_reset(&self) -> bool {
+        false
+    }
     /// Whether the SPC-2 RESERVE holder is part of the shared state (an HA pair, whose
     /// nexuses are named alike on both nodes). Default: each target keeps its own.
     fn shares_legacy(&self) -> bool {
@@ -84,10 +95,29 @@ impl LogicalUnit {
             }
         }));
         let ua = std::sync::Arc::downgrade(&self.ua);
+        let drain = std::sync::Arc::downgrade(&self.drain);
+        let drains = store.drains_on_reset();
         store.subscribe_notices(Box::new(move |text| {
             if let Some(ua) = ua.upgrade() {
                 raise_attention_text(&ua, text);
             }
+            // A reset (29/xx) made through another target: the commands that passed their
+            // unit attention check here before it must have ended before it completes there.
+            if !drains || !text.starts_with("ua 29 ") {
+                return true;
+            }
+            let Some(drain) = drain.upgrade() else {
+                return true;
+            };
+            let drained = drain.wait(RESET_DRAIN);
+            if !drained {
+                tracing::warn!(
+                    "a reset through another target: commands here still under way after {:?}; \
+                     not acknowledged (that target fences this one)",
+                    RESET_DRAIN
+                );
+            }
+            drained
         }));
         self.refresh_pr()
             .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))

@@ -116,6 +116,7 @@ impl Cluster {
             .arg(format!("rbd:{spec},ceph-conf={}", self.conf.display()))
             .arg("--data-dir")
             .arg(data_dir)
+            .inherit_stderr()
             .start()
     }
 }
