@@ -7,11 +7,12 @@ use lanes_initiator::{LoginOptions, Session};
 use lanes_test_support::ceph::Cluster;
 use lanes_test_support::serve::ServeChild;
 
-fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ServeChild {
+/// Gateway NAME (its data in DIR/NAME) over image SPEC of the cluster.
+fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str, spec: &str) -> ServeChild {
     cluster.gateway(
         env!("CARGO_BIN_EXE_lanes"),
         "iqn.2026-11.io.lanes:ceph",
-        "rbd/gw",
+        spec,
         &dir.join(name),
     )
 }
@@ -29,8 +30,8 @@ fn two_gateways_over_one_image_see_one_lun() {
     let cluster = Cluster::start(2);
     cluster.image("gw", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let a = gateway(&cluster, dir.path(), "a");
-    let b = gateway(&cluster, dir.path(), "b");
+    let a = gateway(&cluster, dir.path(), "a", "rbd/gw");
+    let b = gateway(&cluster, dir.path(), "b", "rbd/gw");
     assert_eq!(a.wwids, b.wwids, "one LUN identity on every gateway");
     assert!(a.banner.contains("rbd:rbd/gw"), "{}", a.banner);
 
@@ -90,14 +91,7 @@ fn a_resized_image_grows_on_every_gateway() {
     let cluster = Cluster::start(2);
     cluster.image("grow", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| {
-        cluster.gateway(
-            env!("CARGO_BIN_EXE_lanes"),
-            "iqn.2026-11.io.lanes:ceph",
-            "rbd/grow",
-            &dir.path().join(name),
-        )
-    };
+    let g = |name| gateway(&cluster, dir.path(), name, "rbd/grow");
     let (a, b) = (g("a"), g("b"));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -144,14 +138,7 @@ fn a_blocklisted_gateway_sends_its_hosts_to_other_paths() {
     let cluster = Cluster::start(2);
     cluster.image("fence", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| {
-        cluster.gateway(
-            env!("CARGO_BIN_EXE_lanes"),
-            "iqn.2026-11.io.lanes:ceph",
-            "rbd/fence",
-            &dir.path().join(name),
-        )
-    };
+    let g = |name| gateway(&cluster, dir.path(), name, "rbd/fence");
     let a = g("a");
     // A's client (one per gateway and image): the only watcher of the reservation object yet.
     let object = "lanes.pr.fence"; // lanes_rbd::pr_object_name("fence")
@@ -230,14 +217,7 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere() {
     let cluster = Cluster::start(2);
     cluster.image("race", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| {
-        cluster.gateway(
-            env!("CARGO_BIN_EXE_lanes"),
-            "iqn.2026-11.io.lanes:ceph",
-            "rbd/race",
-            &dir.path().join(name),
-        )
-    };
+    let g = |name| gateway(&cluster, dir.path(), name, "rbd/race");
     let (a, b) = (g("a"), g("b"));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

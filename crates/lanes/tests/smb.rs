@@ -24,6 +24,19 @@ fn sha256(p: &Path) -> Vec<u8> {
     sha2::Sha256::digest(std::fs::read(p).unwrap()).to_vec()
 }
 
+/// `lanes smb user add carol` (password "Password") to the users file of `cfg`.
+fn add_carol(dir: &Path, cfg: &Path) {
+    std::fs::write(dir.join("pw"), "Password\n").unwrap();
+    let out = lanes()
+        .args(["smb", "user", "add", "carol", "--config"])
+        .arg(cfg)
+        .arg("--password-file")
+        .arg(dir.join("pw"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 fn config(dir: &Path, smb_port: u16, extra: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("share")).unwrap();
     let text = format!(
@@ -42,15 +55,7 @@ fn user_add_then_serve_a_share() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cfg = config(dir.path(), port, "");
-    std::fs::write(dir.path().join("pw"), "Password\n").unwrap();
-    let out = lanes()
-        .args(["smb", "user", "add", "carol", "--config"])
-        .arg(&cfg)
-        .arg("--password-file")
-        .arg(dir.path().join("pw"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    add_carol(dir.path(), &cfg);
     let users = dir.path().join("data/smb-users");
     let mode = std::fs::metadata(&users).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -145,15 +150,7 @@ fn status_lists_smb_sessions_and_channels() {
     let port = free_port();
     let metrics_port = free_port();
     let cfg = config(dir.path(), port, "");
-    std::fs::write(dir.path().join("pw"), "Password\n").unwrap();
-    let out = lanes()
-        .args(["smb", "user", "add", "carol", "--config"])
-        .arg(&cfg)
-        .arg("--password-file")
-        .arg(dir.path().join("pw"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    add_carol(dir.path(), &cfg);
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let served = served::command()
         .args(["--config".as_ref(), cfg.as_os_str()])
