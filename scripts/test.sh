@@ -115,12 +115,12 @@ scripts/package-check.sh
 
 # --- a real Linux host: Debian's kernel in QEMU against lanes serve --------------------------------
 step "real Linux host (vm/tests: seed-000, alua, attach-nbd, persistent-reservations, lio-peer, cifs-multichannel)"
-vm/tests/seed-000
-vm/tests/alua
-vm/tests/attach-nbd
-vm/tests/persistent-reservations
-vm/tests/lio-peer
-vm/tests/cifs-multichannel
+vm/run-test vm/tests/seed-000
+vm/run-test vm/tests/alua
+vm/run-test vm/tests/attach-nbd
+vm/run-test vm/tests/persistent-reservations
+vm/run-test vm/tests/lio-peer
+vm/run-test vm/tests/cifs-multichannel
 
 # --- interop with real peers ---------------------------------------------------------------------
 step "interop (scripts/interop.sh)"
