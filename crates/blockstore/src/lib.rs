@@ -7,10 +7,12 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod aio;
 mod file;
 mod memory;
 pub mod volatile;
 
+pub use aio::{aio_pair, AioCompletion, AioWait, AsyncBlockIo, ReadDone};
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
 pub use volatile::VolatileDevice;
@@ -134,6 +136,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// 512-byte sector; the logical unit then reports that limit in its Block Limits page and
     /// refuses longer COMPARE AND WRITEs rather than let them fail as write errors.
     fn compare_and_write_max(&self) -> Option<u64> {
+        None
+    }
+
+    /// The device's asynchronous I/O, for storage that completes requests by itself (an
+    /// RBD image through `rbd_aio_*`): READs and WRITEs then wait on no thread. `None` (the
+    /// default): every call above is a blocking one. A device that returns `Some` also does
+    /// its own [`BlockDevice::compare_and_write`], atomic against its asynchronous writes.
+    fn aio(&self) -> Option<&dyn AsyncBlockIo> {
         None
     }
 

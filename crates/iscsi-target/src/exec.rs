@@ -20,8 +20,10 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 /// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
 /// aborted meanwhile (then no response is sent: task management answers for it).
 ///
-/// READs served from the page cache and buffered WRITEs the device takes without sleeping
-/// (RWF_NOWAIT) run right here on the connection's task (`execute_nowait`); other buffered
+/// READs and WRITEs of a device with asynchronous I/O (an RBD image) are submitted here and
+/// ended by a task when the storage completes them (`submit`). READs served from the page
+/// cache and buffered WRITEs the device takes without sleeping (RWF_NOWAIT) run right here on
+/// the connection's task (`execute_nowait`); other buffered
 /// WRITEs run on the write lanes ([`crate::write_lanes`]); everything else runs on the
 /// blocking pool.
 #[allow(clippy::too_many_arguments)]
@@ -39,6 +41,27 @@ pub fn spawn(
         let lun = crate::tmf::lun_number(cmd.lun);
         let mut data_in = pool.get(data_in_size(&cmd));
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
+        // Storage with asynchronous I/O (RBD): submitted here, ended by a task when the
+        // storage completes it; no thread waits for it.
+        data_in = match luns.submit(&req, data_in) {
+            Ok(submitted) => {
+                let luns = luns.clone();
+                tokio::spawn(async move {
+                    let (outcome, data_in) = submitted.await;
+                    let done = Finished {
+                        lun,
+                        cdb: &cmd.cdb,
+                        outcome,
+                        data_in,
+                        received,
+                        r2t_count,
+                    };
+                    respond(&session, &out, &luns, &cmd, done);
+                });
+                return;
+            }
+            Err(data_in) => data_in,
+        };
         if let Some(outcome) = luns.execute_nowait(&req, &mut data_in) {
             let done = Finished {
                 lun,

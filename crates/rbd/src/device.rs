@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use blockstore::{BlockDevice, Extent};
+use blockstore::{AioCompletion, AsyncBlockIo, BlockDevice, Extent, ReadDone};
+use bytes::{Bytes, BytesMut};
 
-use crate::ffi::{Image, Pool};
+use crate::ffi::{Image, OnError, Pool};
 use crate::Error;
 
 /// Where an image is.
@@ -62,7 +63,11 @@ pub struct RbdDevice {
     /// The cluster refused this client (`ceph osd blocklist`): every I/O fails at once as
     /// NotConnected (NOT READY, TARGET PORT IN UNAVAILABLE STATE for the hosts) until lanes
     /// serve is restarted with a new client.
-    fenced: AtomicBool,
+    fenced: Arc<AtomicBool>,
+    /// [`noticing_blocklisting`] for asynchronous requests (shared, not built per request).
+    on_error: OnError,
+    /// librbd has `rbd_aio_*`: READs and WRITEs wait on no thread.
+    aio: bool,
 }
 
 /// The clients of the images opened in this process, by image, for the image's reservation
@@ -108,6 +113,22 @@ fn fenced_error() -> std::io::Error {
     )
 }
 
+/// A librbd error as the device reports it: a blocklisting fences the device (logged once)
+/// and becomes NotConnected; any other error is returned as it is.
+fn noticing_blocklisting(fenced: &AtomicBool, id: &str, e: std::io::Error) -> std::io::Error {
+    if e.raw_os_error() != Some(EBLOCKLISTED) {
+        return e;
+    }
+    if !fenced.swap(true, Ordering::AcqRel) {
+        tracing::error!(
+            image = %id,
+            "the Ceph cluster has blocklisted this gateway's client: I/O refused, \
+             hosts are sent to other paths; restart lanes serve to reconnect"
+        );
+    }
+    fenced_error()
+}
+
 impl RbdDevice {
     /// Connects and opens the image; refuses one with exclusive-lock.
     pub fn open(source: &RbdSource) -> Result<RbdDevice, Error> {
@@ -129,11 +150,18 @@ impl RbdDevice {
         }
         let size = image.size()?;
         let id = image.id()?;
+        let fenced = Arc::new(AtomicBool::new(false));
+        let on_error: OnError = {
+            let (fenced, id) = (fenced.clone(), id.clone());
+            Arc::new(move |e| noticing_blocklisting(&fenced, &id, e))
+        };
         Ok(RbdDevice {
             image,
             size: AtomicU64::new(size),
             id,
-            fenced: AtomicBool::new(false),
+            fenced,
+            on_error,
+            aio: crate::ffi::aio_available(),
         })
     }
 
@@ -148,19 +176,7 @@ impl RbdDevice {
 
     /// Notices a blocklisting in a librbd result: the device is fenced from then on.
     fn watch<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
-        match r {
-            Err(e) if e.raw_os_error() == Some(EBLOCKLISTED) => {
-                if !self.fenced.swap(true, Ordering::AcqRel) {
-                    tracing::error!(
-                        image = %self.id,
-                        "the Ceph cluster has blocklisted this gateway's client: I/O refused, \
-                         hosts are sent to other paths; restart lanes serve to reconnect"
-                    );
-                }
-                Err(fenced_error())
-            }
-            other => other,
-        }
+        r.map_err(|e| noticing_blocklisting(&self.fenced, &self.id, e))
     }
 
     /// The image's id, stable across renames.
@@ -247,6 +263,10 @@ impl BlockDevice for RbdDevice {
         self.fenced.load(Ordering::Acquire)
     }
 
+    fn aio(&self) -> Option<&dyn AsyncBlockIo> {
+        self.aio.then_some(self as &dyn AsyncBlockIo)
+    }
+
     fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<Extent>> {
         // Without object-map librbd cannot tell cheaply: report the range as data.
         self.check(offset, len)?;
@@ -320,6 +340,41 @@ impl BlockDevice for RbdDevice {
             );
         }
         Some(done)
+    }
+}
+
+/// `rbd_aio_*`: librbd's own threads complete each request; no thread of ours waits.
+impl AsyncBlockIo for RbdDevice {
+    fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
+        if let Err(e) = self
+            .check(offset, buf.len() as u64)
+            .and_then(|()| self.gate())
+        {
+            return done.complete((Err(e), buf));
+        }
+        // Ranges inside the image always read in full (unwritten ones as zeros).
+        self.image
+            .aio_read(buf, offset, done, self.on_error.clone());
+    }
+
+    fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>) {
+        let len = data.iter().map(|b| b.len() as u64).sum();
+        if let Err(e) = self.check(offset, len).and_then(|()| self.gate()) {
+            return done.complete(Err(e));
+        }
+        if len == 0 {
+            // librbd refuses an empty vector; there is nothing to write.
+            return done.complete(Ok(()));
+        }
+        self.image
+            .aio_write(data, offset, done, self.on_error.clone());
+    }
+
+    fn flush(&self, done: AioCompletion<std::io::Result<()>>) {
+        if let Err(e) = self.gate() {
+            return done.complete(Err(e));
+        }
+        self.image.aio_flush(done, self.on_error.clone());
     }
 }
 

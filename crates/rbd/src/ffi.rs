@@ -11,7 +11,9 @@ use libloading::Library;
 
 use crate::{errno_text, Error};
 
+mod aio;
 mod rados;
+pub use aio::{available as aio_available, OnError};
 pub use rados::{ObjectIo, Watch};
 
 pub type Handle = *mut c_void;

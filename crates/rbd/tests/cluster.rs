@@ -1,10 +1,15 @@
 //! RBD images on a real Ceph cluster (Debian's 16.2 packages, started by the test on a
 //! loopback address of its own). Root only.
 
-use blockstore::BlockDevice;
+use blockstore::{aio_pair, AioWait, BlockDevice};
+use bytes::{Bytes, BytesMut};
 use lanes_rbd::{Error, RadosPrStore, RbdDevice, RbdSource};
 use lanes_test_support::ceph::Cluster;
 use scsi::{PrStore, StoreResult};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 fn source(cluster: &Cluster, image: &str) -> RbdSource {
     RbdSource {
@@ -40,6 +45,8 @@ fn two_gateways_share_an_image_and_exclusive_lock_is_refused() {
     a.read_at(&mut seen, 1 << 20).unwrap();
     assert_eq!(&seen[..4096], &block[..4096]);
     assert!(seen[4096..].iter().all(|x| *x == 0xEE));
+
+    asynchronous_io(&a, &b);
 
     // A discard reads back zeros, partial object ranges included.
     a.punch_hole((1 << 20) + 512, 1024).unwrap();
@@ -121,6 +128,82 @@ fn two_gateways_share_an_image_and_exclusive_lock_is_refused() {
     assert!(err.to_string().contains("missing"), "{err}");
 
     shared_reservation_object(&cluster);
+}
+
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Waits for a request on this thread (woken by the completion, not by polling a clock).
+fn wait<T>(mut w: AioWait<T>) -> T {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        match Pin::new(&mut w).poll(&mut cx) {
+            Poll::Ready(Some(v)) => return v,
+            Poll::Ready(None) => panic!("librbd dropped a request"),
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+/// `rbd_aio_*`: 64 writes in flight at once from gateway a, each completed by librbd's own
+/// threads, then read back through gateway b's asynchronous reads; a request past the end
+/// fails through its completion and hands its buffer back.
+fn asynchronous_io(a: &RbdDevice, b: &RbdDevice) {
+    let (aa, ab) = (a.aio().expect("librbd 16 has aio"), b.aio().expect("aio"));
+    let base = 8u64 << 20;
+    let block = |i: u64| -> Vec<u8> { (0..4096u64).map(|j| (i * 31 + j * 7) as u8).collect() };
+    let mut writes = Vec::new();
+    for i in 0..64u64 {
+        let (done, w) = aio_pair();
+        let data = block(i);
+        // Two segments per write, as iSCSI data-out PDUs arrive.
+        let segs = vec![
+            Bytes::copy_from_slice(&data[..1000]),
+            Bytes::copy_from_slice(&data[1000..]),
+        ];
+        aa.write(segs, base + i * 4096, done);
+        writes.push(w);
+    }
+    for w in writes {
+        wait(w).expect("asynchronous write");
+    }
+    let (done, w) = aio_pair();
+    aa.flush(done);
+    wait(w).expect("asynchronous flush");
+    let mut reads = Vec::new();
+    for i in 0..64u64 {
+        let (done, w) = aio_pair();
+        let mut buf = BytesMut::with_capacity(4096);
+        buf.resize(4096, 0xAA);
+        ab.read(buf, base + i * 4096, done);
+        reads.push(w);
+    }
+    for (i, w) in reads.into_iter().enumerate() {
+        let (r, buf) = wait(w);
+        r.expect("asynchronous read");
+        assert_eq!(
+            &buf[..],
+            &block(i as u64)[..],
+            "block {i} through gateway b"
+        );
+    }
+    // The synchronous side sees the same bytes.
+    let mut seen = vec![0u8; 4096];
+    b.read_at(&mut seen, base + 63 * 4096).unwrap();
+    assert_eq!(seen, block(63));
+    let (done, w) = aio_pair();
+    let mut buf = BytesMut::new();
+    buf.resize(4096, 0);
+    ab.read(buf, a.size_bytes(), done);
+    let (r, buf) = wait(w);
+    assert!(r.is_err(), "past the end");
+    assert_eq!(buf.len(), 4096, "the buffer comes back");
 }
 
 /// Two gateways' reservation stores over one object: compare-and-set on the object's version

@@ -35,7 +35,33 @@ impl Drop for Ticket<'_> {
     }
 }
 
+/// [`Ticket`] for a command that outlives the call that began it (asynchronous I/O).
+pub(crate) struct OwnedTicket {
+    drain: std::sync::Arc<Drain>,
+    slot: usize,
+}
+
+impl Drop for OwnedTicket {
+    fn drop(&mut self) {
+        if let Some(a) = self.drain.active.get(self.slot) {
+            a.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Drain {
+    /// [`Drain::enter`] with a ticket that holds the drain itself.
+    pub(crate) fn enter_owned(self: &std::sync::Arc<Self>) -> OwnedTicket {
+        let slot = self.epoch.load(Ordering::SeqCst) & 1;
+        if let Some(a) = self.active.get(slot) {
+            a.fetch_add(1, Ordering::SeqCst);
+        }
+        OwnedTicket {
+            drain: self.clone(),
+            slot,
+        }
+    }
+
     /// A command starts (before its unit attention check).
     pub(crate) fn enter(&self) -> Ticket<'_> {
         let slot = self.epoch.load(Ordering::SeqCst) & 1;

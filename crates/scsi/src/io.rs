@@ -69,7 +69,7 @@ impl LogicalUnit {
         u64::from(self.cfg.block_size)
     }
 
-    fn check_transfer(&self, r: &BlockRange) -> Result<(), Sense> {
+    pub(crate) fn check_transfer(&self, r: &BlockRange) -> Result<(), Sense> {
         self.check_range(r.lba, u64::from(r.blocks))?;
         if u64::from(r.blocks) * self.bs() > MAX_TRANSFER_BYTES {
             return Err(Sense::invalid_cdb(0, None));
@@ -77,7 +77,7 @@ impl LogicalUnit {
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<(), Sense> {
+    pub(crate) fn check_writable(&self) -> Result<(), Sense> {
         if self.cfg.read_only {
             return Err(Sense::write_protected());
         }

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod aio;
 pub mod alua;
 mod caw_lock;
 pub mod cdb;

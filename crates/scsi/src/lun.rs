@@ -253,7 +253,7 @@ impl LogicalUnit {
         self.ua.raise_all(0x2F, 0x00, Some(by.id));
     }
 
-    fn check_alua_generation(&self) {
+    pub(crate) fn check_alua_generation(&self) {
         let g = self.tpgs.generation();
         if self.alua_seen.load(Ordering::Acquire) != g
             && self.alua_seen.swap(g, Ordering::AcqRel) != g

@@ -106,6 +106,18 @@ impl LunMap {
         self.get(req.lun)?.execute_nowait(req, data_in)
     }
 
+    /// [`LogicalUnit::submit`] for `req.lun`; `Err(data_in)` for anything else.
+    pub fn submit(
+        &self,
+        req: &ScsiRequest<'_>,
+        data_in: BytesMut,
+    ) -> Result<crate::aio::Submitted, BytesMut> {
+        match self.get(req.lun) {
+            Some(lu) if lu.has_aio() => lu.submit(req, data_in),
+            _ => Err(data_in),
+        }
+    }
+
     /// [`LogicalUnit::is_buffered_write`] for `lun`; false when there is no such LU.
     pub fn is_buffered_write(&self, lun: u64, cdb: &[u8]) -> bool {
         self.get(lun).is_some_and(|lu| lu.is_buffered_write(cdb))

@@ -1,5 +1,6 @@
 //! Unit tests driving logical units through the public request API.
 
+mod aio;
 mod inventory;
 mod reservations;
 mod shared_pr;

@@ -1,0 +1,168 @@
+//! READ and WRITE on a device with asynchronous I/O ([`blockstore::AsyncBlockIo`], an RBD
+//! image through `rbd_aio_*`): the checks run on the caller's thread, the I/O is submitted,
+//! and the returned future ends the command when the storage completes it. No thread waits
+//! per command; the command stays under way for a drain ([`crate::drain`]) until it ends.
+//!
+//! Only the plain case is taken here, as [`LogicalUnit::execute_nowait`] does: a pending unit
+//! attention, a port group that refuses the command, a reservation conflict, a range or field
+//! the checks refuse, or a partial block are left to [`LogicalUnit::execute`], which answers
+//! them with the right sense data.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use blockstore::aio_pair;
+use bytes::{Bytes, BytesMut};
+
+use crate::alua::TargetPortGroups;
+use crate::cdb::{decode_cdb, op, Command};
+use crate::lun::LogicalUnit;
+use crate::sense::Sense;
+use crate::{ScsiOutcome, ScsiRequest};
+
+/// A READ or WRITE submitted to the storage; resolves to its outcome and data-in buffer.
+pub type Submitted = std::pin::Pin<Box<dyn Future<Output = (ScsiOutcome, BytesMut)> + Send>>;
+
+fn lost() -> std::io::Error {
+    std::io::Error::other("the storage dropped the request")
+}
+
+impl LogicalUnit {
+    /// Whether READs and WRITEs of this LU may go through [`LogicalUnit::submit`].
+    pub fn has_aio(&self) -> bool {
+        self.cfg.device.aio().is_some()
+    }
+
+    /// Submits a plain READ or WRITE to a device with asynchronous I/O. `Err(data_in)` (the
+    /// buffer back, untouched) when the command is not one this path takes: the caller then
+    /// runs [`LogicalUnit::execute`] on a blocking thread.
+    pub fn submit(
+        self: &Arc<Self>,
+        req: &ScsiRequest<'_>,
+        mut data_in: BytesMut,
+    ) -> Result<Submitted, BytesMut> {
+        let Some(opcode) = req.cdb.first().copied() else {
+            return Err(data_in);
+        };
+        if !matches!(
+            opcode,
+            op::READ_6
+                | op::READ_10
+                | op::READ_12
+                | op::READ_16
+                | op::WRITE_6
+                | op::WRITE_10
+                | op::WRITE_12
+                | op::WRITE_16
+        ) || self.cfg.device.aio().is_none()
+        {
+            return Err(data_in);
+        }
+        let under_way = self.drain.enter_owned();
+        self.check_alua_generation();
+        if self.ua.any_pending() {
+            return Err(data_in);
+        }
+        let state = self.tpgs.state_of(req.nexus.target_port_group);
+        if TargetPortGroups::access_check(state, opcode, 0).is_some() {
+            return Err(data_in);
+        }
+        let Ok(cmd) = decode_cdb(req.cdb) else {
+            return Err(data_in);
+        };
+        if self.pr.conflicts(req.nexus, &cmd) {
+            return Err(data_in);
+        }
+        let bs = u64::from(self.cfg.block_size);
+        match cmd {
+            Command::Read(r) => {
+                if self.check_transfer(&r).is_err() {
+                    return Err(data_in);
+                }
+                let n = (u64::from(r.blocks) * bs) as usize;
+                let start = data_in.len();
+                // The device fills a buffer of its own: the bytes after what data_in holds.
+                data_in.resize(start + n, 0);
+                let buf = data_in.split_off(start);
+                let (done, wait) = aio_pair();
+                // The LU (and so its device) lives until the command ends.
+                let lu = self.clone();
+                if let Some(aio) = self.cfg.device.aio() {
+                    aio.read(buf, r.lba * bs, done);
+                }
+                Ok(Box::pin(async move {
+                    let (_under_way, _lu) = (under_way, lu);
+                    match wait.await {
+                        Some((Ok(()), buf)) => {
+                            data_in.unsplit(buf);
+                            (ScsiOutcome::good(), data_in)
+                        }
+                        Some((Err(e), _)) => {
+                            data_in.clear();
+                            (read_failed(&e), data_in)
+                        }
+                        None => {
+                            data_in.clear();
+                            (read_failed(&lost()), data_in)
+                        }
+                    }
+                }))
+            }
+            Command::Write(r) => {
+                if self.check_writable().is_err() || self.check_transfer(&r).is_err() {
+                    return Err(data_in);
+                }
+                let sent: u64 = req.data_out.iter().map(|b| b.len() as u64).sum();
+                let n = (u64::from(r.blocks) * bs).min(sent);
+                // Nothing sent (a residual case) or a partial block: the full path answers.
+                if n == 0 || !n.is_multiple_of(bs) {
+                    return Err(data_in);
+                }
+                let data = first_segments(req.data_out, n);
+                let flush = r.fua || !self.wce.load(Ordering::Relaxed);
+                let (done, wait) = aio_pair();
+                let lu = self.clone();
+                if let Some(aio) = self.cfg.device.aio() {
+                    aio.write(data, r.lba * bs, done);
+                }
+                Ok(Box::pin(async move {
+                    let _under_way = under_way;
+                    let mut result = wait.await.unwrap_or_else(|| Err(lost()));
+                    if result.is_ok() && flush {
+                        let (done, wait) = aio_pair();
+                        if let Some(aio) = lu.cfg.device.aio() {
+                            aio.flush(done);
+                        }
+                        result = wait.await.unwrap_or_else(|| Err(lost()));
+                    }
+                    let outcome = match result {
+                        Ok(()) => ScsiOutcome::good(),
+                        Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
+                    };
+                    (outcome, data_in)
+                }))
+            }
+            _ => Err(data_in),
+        }
+    }
+}
+
+fn read_failed(e: &std::io::Error) -> ScsiOutcome {
+    ScsiOutcome::check(Sense::device(e, Sense::read_error()))
+}
+
+/// The first `n` bytes of the data-out segments (shared, not copied).
+fn first_segments(data: &[Bytes], n: u64) -> Vec<Bytes> {
+    let mut left = n as usize;
+    let mut v = Vec::with_capacity(data.len());
+    for seg in data {
+        if left == 0 {
+            break;
+        }
+        let take = seg.len().min(left);
+        v.push(seg.slice(..take));
+        left -= take;
+    }
+    v
+}
