@@ -1,6 +1,8 @@
-//! The replicated LUN as a [`BlockDevice`]: writes and flushes go through the core task and
-//! block the calling (blocking-pool) thread until the core acknowledges them; reads are served
-//! from the local disk when the core allows it.
+//! The replicated LUN as a [`BlockDevice`]: writes and flushes go through the core task;
+//! reads are served from the local disk when the core allows it. READ, WRITE and flush have
+//! an asynchronous side ([`AsyncBlockIo`]): the core's answer completes the SCSI command's
+//! request, so no thread waits for the peer; the synchronous calls (COMPARE AND WRITE, UNMAP,
+//! the paths that need them) block a blocking-pool thread until the core answers.
 //!
 //! UNMAP (`punch_hole`) is replicated as a write of zeros, so both disks keep reading the same
 //! bytes and resync needs no notion of holes; the allocation map therefore reports the whole
@@ -10,11 +12,12 @@ use std::io;
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
-use blockstore::{BlockDevice, Extent};
+use blockstore::{AioCompletion, AsyncBlockIo, BlockDevice, Extent, ReadDone};
 use bytes::{Bytes, BytesMut};
 use replication::{CawOutcome, HostError};
 use tokio::sync::mpsc;
 
+use crate::reply::{Gather, ReadReply, Reply};
 use crate::task::Input;
 
 /// Largest piece a host write is split into (well below the peer link's frame limit and the
@@ -61,18 +64,36 @@ impl ReplicatedDevice {
         Ok(())
     }
 
+    /// `data` at `offset` cut into pieces the core takes (at most CHUNK bytes each).
+    fn pieces(&self, mut all: Bytes, offset: u64) -> Vec<(u64, Bytes)> {
+        let chunk = CHUNK - CHUNK % self.block_size as usize;
+        let mut pieces = Vec::with_capacity(all.len().div_ceil(chunk));
+        let mut at = offset;
+        while !all.is_empty() {
+            let piece = all.split_to(chunk.min(all.len()));
+            let n = piece.len() as u64;
+            pieces.push((at, piece));
+            at += n;
+        }
+        pieces
+    }
+
+    fn write_input(&self, offset: u64, data: Bytes, reply: Reply) -> Input {
+        Input::Write {
+            lba: offset / self.block_size,
+            blocks: (data.len() as u64 / self.block_size) as u32,
+            fua: false,
+            data,
+            reply,
+        }
+    }
+
     /// Submit `pieces` (offset, data) as host writes and wait for every acknowledgement.
     fn write_pieces(&self, pieces: Vec<(u64, Bytes)>) -> io::Result<()> {
         let (tx, rx) = sync_channel(pieces.len());
         let n = pieces.len();
         for (offset, data) in pieces {
-            let input = Input::Write {
-                lba: offset / self.block_size,
-                blocks: (data.len() as u64 / self.block_size) as u32,
-                fua: false,
-                data,
-                reply: tx.clone(),
-            };
+            let input = self.write_input(offset, data, Reply::Wait(tx.clone()));
             self.inputs.send(input).map_err(|_| stopped())?;
         }
         drop(tx);
@@ -96,7 +117,9 @@ impl BlockDevice for ReplicatedDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let (tx, rx) = sync_channel(1);
         self.inputs
-            .send(Input::ReadCheck { reply: tx })
+            .send(Input::ReadCheck {
+                reply: ReadReply::Wait(tx),
+            })
             .map_err(|_| stopped())?;
         match rx.recv() {
             Ok(true) => self.local.read_at(buf, offset),
@@ -119,23 +142,15 @@ impl BlockDevice for ReplicatedDevice {
         for b in bufs {
             all.extend_from_slice(b);
         }
-        let mut all = all.freeze();
-        let chunk = CHUNK - CHUNK % self.block_size as usize;
-        let mut pieces = Vec::with_capacity(len.div_ceil(chunk));
-        let mut at = offset;
-        while !all.is_empty() {
-            let piece = all.split_to(chunk.min(all.len()));
-            let n = piece.len() as u64;
-            pieces.push((at, piece));
-            at += n;
-        }
-        self.write_pieces(pieces)
+        self.write_pieces(self.pieces(all.freeze(), offset))
     }
 
     fn flush(&self) -> io::Result<()> {
         let (tx, rx) = sync_channel(1);
         self.inputs
-            .send(Input::Flush { reply: tx })
+            .send(Input::Flush {
+                reply: Reply::Wait(tx),
+            })
             .map_err(|_| stopped())?;
         match rx.recv() {
             Ok(r) => r.map_err(host_error),
@@ -209,6 +224,10 @@ impl BlockDevice for ReplicatedDevice {
         })
     }
 
+    fn aio(&self) -> Option<&dyn AsyncBlockIo> {
+        Some(self)
+    }
+
     /// Every write waits for the peer's acknowledgement.
     fn writes_stay_local(&self) -> bool {
         false
@@ -217,5 +236,73 @@ impl BlockDevice for ReplicatedDevice {
     /// The core replicates whole blocks.
     fn writes_partial_blocks(&self) -> bool {
         false
+    }
+}
+
+/// Reads this size or smaller are copied from the page cache on the core task when the lease
+/// allows them (a memory copy of a few microseconds); larger ones and cache misses go to a
+/// blocking thread, so the core task never waits for the disk.
+const INLINE_READ: usize = 64 << 10;
+
+impl AsyncBlockIo for ReplicatedDevice {
+    fn read(&self, mut buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
+        if let Err(e) = self.check(offset, buf.len() as u64) {
+            return done.complete((Err(e), buf));
+        }
+        let local = self.local.clone();
+        let next = move |allowed: bool| {
+            if !allowed {
+                return done.complete((Err(host_error(HostError::NotReady)), buf));
+            }
+            if buf.len() <= INLINE_READ && local.read_at_nowait(&mut buf, offset).is_ok() {
+                return done.complete((Ok(()), buf));
+            }
+            tokio::task::spawn_blocking(move || {
+                let r = local.read_at(&mut buf, offset);
+                done.complete((r, buf));
+            });
+        };
+        let input = Input::ReadCheck {
+            reply: ReadReply::Then(Box::new(next)),
+        };
+        // The core task is gone: the closure ends the request as refused.
+        if let Err(mpsc::error::SendError(Input::ReadCheck { reply })) = self.inputs.send(input) {
+            reply.send(false);
+        }
+    }
+
+    fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<io::Result<()>>) {
+        let len: usize = data.iter().map(|b| b.len()).sum();
+        if let Err(e) = self.check(offset, len as u64) {
+            return done.complete(Err(e));
+        }
+        if len == 0 {
+            return done.complete(Ok(()));
+        }
+        // One segment (the usual case) goes as it is; several are joined once.
+        let all = match <[Bytes; 1]>::try_from(data) {
+            Ok([one]) => one,
+            Err(data) => {
+                let mut all = BytesMut::with_capacity(len);
+                for b in &data {
+                    all.extend_from_slice(b);
+                }
+                all.freeze()
+            }
+        };
+        let pieces = self.pieces(all, offset);
+        let gather = Gather::new(pieces.len(), done, host_error);
+        for (at, piece) in pieces {
+            let input = self.write_input(at, piece, Reply::Aio(gather.clone()));
+            if self.inputs.send(input).is_err() {
+                return gather.fail(stopped());
+            }
+        }
+    }
+
+    fn flush(&self, done: AioCompletion<io::Result<()>>) {
+        let reply = Reply::Aio(Gather::new(1, done, host_error));
+        // A send that fails drops the reply, which answers "stopped".
+        let _ = self.inputs.send(Input::Flush { reply });
     }
 }

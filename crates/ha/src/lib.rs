@@ -15,6 +15,7 @@ mod device;
 pub mod journal;
 mod link;
 mod local_io;
+mod reply;
 mod shared;
 mod task;
 

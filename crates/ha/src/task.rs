@@ -23,7 +23,7 @@ use crate::link::{self, LinkEvent, Session};
 use crate::local_io::LocalIo;
 use crate::PairStatus;
 
-pub(crate) type Reply = SyncSender<Result<(), HostError>>;
+pub(crate) use crate::reply::{ReadReply, Reply};
 pub(crate) type SharedReply = SyncSender<Result<SharedOutcome, HostError>>;
 pub(crate) type CawReply = SyncSender<Result<CawOutcome, HostError>>;
 
@@ -74,7 +74,7 @@ pub(crate) enum Input {
         reply: CawReply,
     },
     ReadCheck {
-        reply: SyncSender<bool>,
+        reply: ReadReply,
     },
     /// Change the shared SCSI state (see [`crate::ReplicatedLun::change_shared`]).
     Shared {
@@ -136,7 +136,7 @@ pub(crate) struct Driver {
     pub dirty_at: Option<Instant>,
     pub dirty: u64,
     /// Reads waiting for the read lease, until a deadline.
-    pub read_waiters: Vec<(Nanos, SyncSender<bool>)>,
+    pub read_waiters: Vec<(Nanos, ReadReply)>,
     /// Shared-state changes and notices in flight, by id.
     pub shared: HashMap<u64, SharedReply>,
     pub next_shared: u64,
@@ -296,14 +296,14 @@ impl Driver {
             }
             Input::ReadCheck { reply } => {
                 if r.read_allowed(now) {
-                    let _ = reply.try_send(true);
+                    reply.send(true);
                 } else if may_serve_soon(r.state()) {
                     // Paired without a running lease yet (a heartbeat late), or suspended
                     // after losing the peer: held, as writes are, until the lease or the race
                     // decides (bounded, so a stuck pair cannot hold a thread forever).
                     self.read_waiters.push((now + READ_HOLD, reply));
                 } else {
-                    let _ = reply.try_send(false);
+                    reply.send(false);
                 }
             }
             Input::Shared {
@@ -462,7 +462,7 @@ impl Driver {
             }
             Action::AckWrite { id, result } => {
                 if let Some(reply) = self.writes.remove(&id) {
-                    let _ = reply.try_send(result);
+                    reply.send(result);
                 }
                 self.submit_queued();
             }
@@ -474,7 +474,7 @@ impl Driver {
             }
             Action::AckFlush { id, result } => {
                 if let Some(reply) = self.flushes.remove(&id) {
-                    let _ = reply.try_send(result);
+                    reply.send(result);
                 }
             }
             Action::AbortDone { .. } => {}
@@ -572,14 +572,14 @@ impl Driver {
         let now = self.now();
         let allowed = self.replica.read_allowed(now);
         let hopeless = !may_serve_soon(self.replica.state());
-        self.read_waiters.retain(|(until, reply)| {
-            if allowed || hopeless || now >= *until {
-                let _ = reply.try_send(allowed);
-                false
+        let waiting = std::mem::take(&mut self.read_waiters);
+        for (until, reply) in waiting {
+            if allowed || hopeless || now >= until {
+                reply.send(allowed);
             } else {
-                true
+                self.read_waiters.push((until, reply));
             }
-        });
+        }
     }
 
     fn publish(&mut self) {
