@@ -87,7 +87,7 @@ async fn asynchronous_writes_are_on_both_disks_and_read_back_asynchronously_on_t
         let (r, got) = wait.await.expect("answered");
         r.expect("read on node 1");
         assert!(
-            &got[..] == &data[..],
+            got[..] == data[..],
             "asynchronous read on node 1 at {lba} differs"
         );
     }

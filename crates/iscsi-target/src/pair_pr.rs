@@ -118,7 +118,7 @@ impl Inner {
                     v.local
                 };
                 if let Some(f) = self.on_change.read().as_ref() {
-                    f(Some(text.as_deref().unwrap_or("")), local);
+                    let _ = f(Some(text.as_deref().unwrap_or("")), local);
                 }
             }
             SharedEvent::Notice { payload } => {

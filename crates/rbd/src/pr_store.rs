@@ -141,8 +141,7 @@ impl Inner {
         let Ok(version) = version.parse::<u64>() else {
             return true;
         };
-        self.deliver(Some(state), version);
-        true
+        self.deliver(Some(state), version)
     }
 
     /// Sends `payload` to every gateway's watch; a gateway that does not acknowledge in time
@@ -180,10 +179,13 @@ impl Inner {
         Ok(())
     }
 
-    fn deliver(&self, text: Option<&str>, version: u64) {
+    /// Hands a new state to the logical unit; whether to acknowledge it (false: a change that
+    /// took access away while commands here did not end in time).
+    fn deliver(&self, text: Option<&str>, version: u64) -> bool {
         let on_change = self.on_change.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = on_change.as_ref() {
-            f(text, version);
+        match on_change.as_ref() {
+            Some(f) => f(text, version),
+            None => true,
         }
     }
 
@@ -213,7 +215,7 @@ fn rewatch(weak: &Weak<Inner>, err: i32) {
         let watched = inner.watch.get().map(Watch::rewatch);
         match (watched, inner.load()) {
             (Some(Ok(())), Ok((text, version))) => {
-                inner.deliver(text.as_deref(), version);
+                let _ = inner.deliver(text.as_deref(), version);
                 return;
             }
             (Some(Err(e)), _) => tracing::warn!("re-watching {}: {e}", inner.name),

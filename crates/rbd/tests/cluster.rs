@@ -220,8 +220,9 @@ fn shared_reservation_object(cluster: &Cluster) {
     let (tx, rx) = std::sync::mpsc::channel();
     b.subscribe(Box::new(move |text, version| {
         let _ = tx.send((text.map(str::to_string), version));
+        true
     }));
-    a.subscribe(Box::new(|_, _| {}));
+    a.subscribe(Box::new(|_, _| true));
 
     let v1 = match a.store_if(v0, "lanes-pr 1\ngeneration 1\n").unwrap() {
         StoreResult::Stored(v) => v,

@@ -343,7 +343,10 @@ impl LogicalUnit {
     pub fn execute(&self, req: &ScsiRequest<'_>, data_in: &mut BytesMut) -> ScsiOutcome {
         let opcode = req.cdb.first().copied().unwrap_or(0xFF);
         let action = req.cdb.get(1).copied().unwrap_or(0) & 0x1F;
-        let _under_way = self.drain.enter();
+        // A PERSISTENT RESERVE OUT is not waited for by a drain: it waits itself for the other
+        // targets to take its change, and two of them at once through two targets would each
+        // wait for the other's drain.
+        let _under_way = (opcode != op::PERSISTENT_RESERVE_OUT).then(|| self.drain.enter());
         self.check_alua_generation();
         // SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE do not report or clear a UA.
         if !matches!(opcode, op::INQUIRY | op::REPORT_LUNS | op::REQUEST_SENSE) {

@@ -20,7 +20,7 @@ pub enum StoreResult {
 }
 
 /// Called with the state text and version another gateway announced.
-pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) + Send + Sync>;
+pub type PrChangeFn = Box<dyn Fn(Option<&str>, u64) -> bool + Send + Sync>;
 
 /// Called with unit attentions another target raised for this target's nexuses (text as
 /// [`LogicalUnit::raise_shared_attention`] reads it). Returns whether the notice may be
@@ -77,6 +77,20 @@ fn parse(text: Option<&str>) -> Option<PrState> {
     }
 }
 
+/// Waits out the commands under way here; false (and a warning) when some are still running
+/// after [`RESET_DRAIN`]: the change is then not acknowledged, and its sender fences this one.
+fn drained_or_warn(drain: &crate::drain::Drain, what: &str) -> bool {
+    let drained = drain.wait(RESET_DRAIN);
+    if !drained {
+        tracing::warn!(
+            "{what} through another target: commands here still under way after {:?}; \
+             not acknowledged (that target fences this one)",
+            RESET_DRAIN
+        );
+    }
+    drained
+}
+
 impl LogicalUnit {
     /// Creates the link to the store: loads its state and subscribes to changes.
     pub(crate) fn attach_pr_store(&self) -> Result<(), crate::Error> {
@@ -89,14 +103,37 @@ impl LogicalUnit {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let weak = std::sync::Arc::downgrade(&self.pr);
+        let drains = store.drains_on_reset();
+        let drain_on_change = std::sync::Arc::downgrade(&self.drain);
         store.subscribe(Box::new(move |text, version| {
-            if let Some(pr) = weak.upgrade() {
-                pr.install(text, version);
+            let Some(pr) = weak.upgrade() else {
+                return true;
+            };
+            let before = drains.then(|| {
+                let st = pr.read();
+                (st.regs.clone(), st.reservation.clone())
+            });
+            if !pr.install(text, version) {
+                return true;
+            }
+            // A change that took access away (PREEMPT AND ABORT, PREEMPT, CLEAR, a holder
+            // released or replaced) made through another target: commands that passed their
+            // conflict check here under the old state must have ended before it completes
+            // there, as for a reset.
+            let Some((regs, reservation)) = before else {
+                return true;
+            };
+            let took_access = {
+                let st = pr.read();
+                reservation != st.reservation || regs.iter().any(|r| !st.regs.contains(r))
+            };
+            match drain_on_change.upgrade() {
+                Some(d) if took_access => drained_or_warn(&d, "a reservation change"),
+                _ => true,
             }
         }));
         let ua = std::sync::Arc::downgrade(&self.ua);
         let drain = std::sync::Arc::downgrade(&self.drain);
-        let drains = store.drains_on_reset();
         store.subscribe_notices(Box::new(move |text| {
             if let Some(ua) = ua.upgrade() {
                 raise_attention_text(&ua, text);
@@ -109,15 +146,7 @@ impl LogicalUnit {
             let Some(drain) = drain.upgrade() else {
                 return true;
             };
-            let drained = drain.wait(RESET_DRAIN);
-            if !drained {
-                tracing::warn!(
-                    "a reset through another target: commands here still under way after {:?}; \
-                     not acknowledged (that target fences this one)",
-                    RESET_DRAIN
-                );
-            }
-            drained
+            drained_or_warn(&drain, "a reset")
         }));
         self.refresh_pr()
             .map_err(|e| crate::Error::Config(format!("shared reservation state: {e}")))

@@ -15,6 +15,9 @@ struct MemStore {
     always_conflict: bool,
     conflicts: AtomicUsize,
     stores: AtomicUsize,
+    /// Gateways of one storage (RBD): a change that takes access away waits for commands
+    /// under way on the others.
+    drains: bool,
 }
 
 impl PrStore for MemStore {
@@ -36,12 +39,15 @@ impl PrStore for MemStore {
     }
     fn announce(&self, version: u64, text: &str) -> std::io::Result<()> {
         for s in self.subs.lock().iter() {
-            s(Some(text), version);
+            let _ = s(Some(text), version);
         }
         Ok(())
     }
     fn subscribe(&self, on_change: PrChangeFn) {
         self.subs.lock().push(on_change);
+    }
+    fn drains_on_reset(&self) -> bool {
+        self.drains
     }
 }
 
@@ -130,4 +136,61 @@ fn endless_conflicts_end_in_an_error() {
     assert_eq!(store.stores.load(Ordering::SeqCst), 0);
     let (_, d) = run(&g, &a, &[0x5E, 0, 0, 0, 0, 0, 0, 1, 0, 0], &[], 256);
     assert_eq!(u32::from_be_bytes([d[4], d[5], d[6], d[7]]), 0);
+}
+
+#[test]
+fn a_preempt_and_abort_elsewhere_completes_only_after_commands_under_way_here_end() {
+    let store = Arc::new(MemStore {
+        drains: true,
+        ..Default::default()
+    });
+    let (ga, gb) = (gateway(&store), Arc::new(gateway(&store)));
+    let a = nexus(1, "iqn.a", 1);
+    let b = nexus(2, "iqn.b", 2);
+    ga.nexus_added(&a);
+    run(&ga, &a, &[0; 6], &[], 0);
+    gb.nexus_added(&b);
+    run(&gb, &b, &[0; 6], &[], 0);
+    let (c, d) = pr_out(0, 0, 0, 0xA, 0);
+    assert_eq!(run(&ga, &a, &c, &d, 0).0.status, 0);
+    let (c, d) = pr_out(0, 0, 0, 0xB, 0);
+    assert_eq!(run(&gb, &b, &c, &d, 0).0.status, 0);
+    let lu_a = ga.get(0).unwrap().clone();
+    // A command of host a under way on gateway A (past its conflict check).
+    let under_way = lu_a.drain.enter();
+    let preempt = |gb: Arc<LunMap>, b: Nexus, action: u8, sa_key: u64| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (c, d) = pr_out(action, 1, 0xB, sa_key, 0);
+            let _ = tx.send(run(&gb, &b, &c, &d, 0).0.status);
+        });
+        rx
+    };
+    let done = preempt(gb.clone(), b.clone(), 5, 0xA);
+    assert!(
+        done.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "PREEMPT AND ABORT through B answered while a's command still runs on A"
+    );
+    drop(under_way);
+    assert_eq!(
+        done.recv_timeout(std::time::Duration::from_secs(10)),
+        Ok(0),
+        "answered GOOD once A's command ended"
+    );
+    // Gateway A knows a's key is gone: READ KEYS lists b's alone.
+    let (o, d) = run(&ga, &a, &[0x5E, 0, 0, 0, 0, 0, 0, 1, 0, 0], &[], 256);
+    assert_eq!(o.status, 0);
+    assert_eq!(u32::from_be_bytes([d[4], d[5], d[6], d[7]]), 8);
+    assert_eq!(u64::from_be_bytes(d[8..16].try_into().unwrap()), 0xB);
+    // A change that takes nothing away (b's key registered again as is) waits for nobody,
+    // well within the 5 s a drain would allow.
+    let _under_way = lu_a.drain.enter();
+    let (c, d) = pr_out(0, 0, 0xB, 0xB, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (gb2, b2) = (gb.clone(), b.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(run(&gb2, &b2, &c, &d, 0).0.status);
+    });
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(3)), Ok(0));
 }
