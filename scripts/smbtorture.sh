@@ -35,6 +35,7 @@ done
 
 bin=${LANES_BIN:-target/release/lanes}
 if [ -z "${LANES_BIN:-}" ]; then cargo build --release -q -p lanes; fi
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 
 ns="lanes-smbt-$$"
 work=$(mktemp -d /tmp/lanes-smbtorture.XXXXXX)
@@ -92,7 +93,7 @@ printf 'torture-pass-2\n' >"$work/pw2"
 "$bin" smb user add alice --config "$work/lanes.toml" --password-file "$work/pw1" >/dev/null
 "$bin" smb user add bob --config "$work/lanes.toml" --password-file "$work/pw2" >/dev/null
 
-(cd "$work" && exec ip netns exec "$ns" "$OLDPWD/$bin" serve --config lanes.toml >serve.out 2>serve.log) &
+(cd "$work" && exec ip netns exec "$ns" "$bin" serve --config lanes.toml >serve.out 2>serve.log) &
 server_pid=$!
 for _ in $(seq 1 100); do
     grep -q "SMB listening on $addr2" "$work/serve.log" 2>/dev/null && break
