@@ -14,16 +14,16 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 suites=(smb2.connect smb2.read smb2.rw smb2.dir smb2.getinfo smb2.setinfo smb2.create
     smb2.credits smb2.compound smb2.lock smb2.ioctl.network_interface_info smb2.session
-    smb2.multichannel smb2.lease smb2.oplock)
+    smb2.multichannel smb2.lease smb2.oplock smb2.durable-v2-open smb2.replay)
 check_floor=1
 if [ $# -gt 0 ]; then suites=("$@"); check_floor=0; fi
 per_suite_timeout=${SMBTORTURE_TIMEOUT:-60}
-# smb2.lease and smb2.oplock wait out 35-second break timeouts and "no break came" windows
-# by design: about 3 and 2 minutes on a 2-core machine.
+# smb2.lease, smb2.oplock and smb2.replay wait out 35-second break timeouts and "no break
+# came" windows by design: about 3, 2 and 3 minutes on a 2-core machine.
 long_timeout=${SMBTORTURE_LONG_TIMEOUT:-300}
 suite_timeout() {
     case "$1" in
-        smb2.lease | smb2.oplock) echo "$((long_timeout > per_suite_timeout ? long_timeout : per_suite_timeout))" ;;
+        smb2.lease | smb2.oplock | smb2.replay) echo "$((long_timeout > per_suite_timeout ? long_timeout : per_suite_timeout))" ;;
         *) echo "$per_suite_timeout" ;;
     esac
 }

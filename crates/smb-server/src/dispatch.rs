@@ -129,10 +129,10 @@ impl Conn {
             let open = session.open(fid, tree_id);
             let _in_flight = match open
                 .as_ref()
-                .map(|o| crate::fs::replay::begin(o, sequence, replay))
+                .map(|o| crate::fs::replay::begin(o, sequence, replay, true))
             {
                 Some(Err(s)) => return Outcome::Error(s),
-                Some(Ok(f)) => Some(f),
+                Some(Ok(f)) => f,
                 None => None,
             };
             return crate::ioctl::ioctl(self, &ctx, r, fid, out);
@@ -140,13 +140,12 @@ impl Conn {
         let Some(open) = session.open(fid, tree_id) else {
             return Outcome::Error(NtStatus::FILE_CLOSED);
         };
-        let _in_flight = if matches!(req, Request::Write(_) | Request::SetInfo(_)) {
-            match crate::fs::replay::begin(&open, sequence, replay) {
-                Ok(f) => Some(f),
-                Err(s) => return Outcome::Error(s),
-            }
-        } else {
-            None
+        // Every request on the open follows its ChannelSequence; only WRITE and SET_INFO (and
+        // IOCTL, above) are refused for a stale one.
+        let modifies = matches!(req, Request::Write(_) | Request::SetInfo(_));
+        let _in_flight = match crate::fs::replay::begin(&open, sequence, replay, modifies) {
+            Ok(f) => f,
+            Err(s) => return Outcome::Error(s),
         };
         let reply = match req {
             Request::Close(r) => crate::fs::open::close(&ctx, &open, &r, out),

@@ -400,7 +400,8 @@ pub fn reconnect(
     let durable = (*open.durable.lock()).ok_or(not_found)?;
     match guid {
         Some(g) if !durable.v2 || open.create_guid != Some(g) => return Err(not_found),
-        None if durable.v2 || client_guid != ctx.session.client_guid => return Err(not_found),
+        // DHnC may reconnect a DH2Q open too (as Windows and Samba allow).
+        None if client_guid != ctx.session.client_guid => return Err(not_found),
         _ => {}
     }
     if !Arc::ptr_eq(&open.share, share) {

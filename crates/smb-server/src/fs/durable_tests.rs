@@ -6,14 +6,14 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use smb_proto::crypto::{PreauthHash, SessionKeys, SigningAlgorithm};
-use smb_proto::msg::create::CTX_DURABLE_HANDLE_REQUEST;
+use smb_proto::msg::create::{CTX_DURABLE_HANDLE_RECONNECT, CTX_DURABLE_HANDLE_REQUEST};
 use smb_proto::msg::create_ctx::DurableResponseV2;
 use smb_proto::msg::CreateResponse;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use super::*;
 use crate::fs::lease::{OPLOCK_BATCH, OPLOCK_NONE};
-use crate::fs::replay::{begin, replayed_create, FILE_NOT_AVAILABLE};
+use crate::fs::replay::{begin, replayed_create, DUPLICATE_OBJECTID, FILE_NOT_AVAILABLE};
 use crate::state::{Session, SessionState, Share, Tree};
 
 const GUID: [u8; 16] = [3; 16];
@@ -314,7 +314,15 @@ fn a_replayed_create_answers_the_same_open_once() {
     );
     let ask = DurableAsk::parse(&req).expect("contexts");
     let mut out = blank();
-    assert!(replayed_create(&ctx(&e, &s, &t), &req, &ask, false, &mut out).is_none());
+    // Without the replay flag the CreateGuid is a duplicate.
+    assert_eq!(
+        replayed_create(&ctx(&e, &s, &t), &req, &ask, false, &mut out).and_then(Result::err),
+        Some(DUPLICATE_OBJECTID)
+    );
+    // Another session may use the same CreateGuid: a CREATE like any other there.
+    let other = session(&e.server, 42, "alice");
+    assert!(replayed_create(&ctx(&e, &other, &t), &req, &ask, false, &mut blank()).is_none());
+    assert!(replayed_create(&ctx(&e, &other, &t), &req, &ask, true, &mut blank()).is_none());
     let r = replayed_create(&ctx(&e, &s, &t), &req, &ask, true, &mut out)
         .expect("a replay")
         .expect("answered");
@@ -355,6 +363,9 @@ fn a_replayed_create_answers_the_same_open_once() {
     );
     set_pending(&e.server, CLIENT, [6; 16], false);
     assert!(replayed_create(&ctx(&e, &s, &t), &preq, &pask, true, &mut blank()).is_none());
+    // Once another request used the open, a replay is a CREATE like any other.
+    drop(begin(&open, 0, false, false));
+    assert!(replayed_create(&ctx(&e, &s, &t), &req, &ask, true, &mut blank()).is_none());
 }
 
 #[test]
@@ -409,20 +420,25 @@ fn channel_sequence_rules() {
     let s = session(&e.server, 51, "alice");
     let fid = durable_open(&e, &s, &t, 0);
     let open = s.open(fid, t.id).expect("open");
-    let same = begin(&open, 0, false).expect("same sequence");
+    let same = begin(&open, 0, false, true).expect("same sequence");
     assert_eq!(open.channel.lock().outstanding, 1);
     drop(same);
     assert_eq!(open.channel.lock().outstanding, 0);
     // 0x8000 ahead counts as older.
-    assert_eq!(begin(&open, 0x8000, false).err(), Some(FILE_NOT_AVAILABLE));
+    assert_eq!(
+        begin(&open, 0x8000, false, true).err(),
+        Some(FILE_NOT_AVAILABLE)
+    );
+    // A READ with a stale sequence goes on, uncounted.
+    assert!(matches!(begin(&open, 0x8000, false, false), Ok(None)));
     // A newer sequence while a request of the old one is outstanding: a replay now fails.
-    let old = begin(&open, 0, false).expect("old");
-    let newer = begin(&open, 1, false).expect("newer");
+    let old = begin(&open, 0, false, true).expect("old");
+    let newer = begin(&open, 1, false, true).expect("newer");
     assert_eq!(open.channel.lock().sequence, 1);
-    assert_eq!(begin(&open, 1, true).err(), Some(FILE_NOT_AVAILABLE));
-    assert_eq!(begin(&open, 0, false).err(), Some(FILE_NOT_AVAILABLE));
+    assert_eq!(begin(&open, 1, true, true).err(), Some(FILE_NOT_AVAILABLE));
+    assert_eq!(begin(&open, 0, false, true).err(), Some(FILE_NOT_AVAILABLE));
     drop(old);
-    assert!(begin(&open, 1, true).is_ok());
+    assert!(matches!(begin(&open, 1, true, true), Ok(Some(_))));
     drop(newer);
     assert_eq!(
         *open.channel.lock(),
@@ -432,4 +448,32 @@ fn channel_sequence_rules() {
             pre_outstanding: 0
         }
     );
+}
+
+#[test]
+fn a_dh2q_open_reconnects_through_dhnc_from_the_same_client() {
+    let e = env();
+    let t = tree(&e.share);
+    let s1 = session(&e.server, 61, "alice");
+    let fid = durable_open(&e, &s1, &t, 0);
+    crate::session::end_session(&e.server, &s1, true);
+    let s2 = session(&e.server, 62, "alice");
+    let name = utf16("f.dat");
+    let mut d = fid.persistent.to_le_bytes().to_vec();
+    d.extend_from_slice(&fid.volatile.to_le_bytes());
+    let req = request(
+        &name,
+        0,
+        vec![CreateContext {
+            name: CTX_DURABLE_HANDLE_RECONNECT,
+            data: &d,
+        }],
+    );
+    let ask = DurableAsk::parse(&req).expect("contexts");
+    assert_eq!(ask.reconnect_v1, Some(fid));
+    let mut out = blank();
+    let r = reconnect(&ctx(&e, &s2, &t), &req, &ask, &mut out).expect("reconnect");
+    assert_eq!(r.file_id, Some(fid));
+    assert_eq!(response(&out).oplock_level, OPLOCK_BATCH);
+    assert!(e.server.orphans.lock().is_empty());
 }

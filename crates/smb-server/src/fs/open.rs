@@ -97,6 +97,8 @@ pub struct Open {
     pub created: Mutex<super::durable::Created>,
     /// Open.ChannelSequence and its outstanding request counts (MS-SMB2 3.3.5.2.10).
     pub channel: Mutex<super::replay::ChannelState>,
+    /// Its CREATE may still be replayed: no other request has used the open yet.
+    pub replayable: AtomicBool,
 }
 
 impl Open {
@@ -396,6 +398,7 @@ pub fn create(
             sequence: ctx.channel_sequence,
             ..Default::default()
         }),
+        replayable: AtomicBool::new(true),
     });
     if action == 3 || action == 0 {
         if let Err(e) = open.file.set_len(0) {

@@ -3,6 +3,7 @@
 //! back instead of a second one; the ChannelSequence of WRITE, SET_INFO and IOCTL on an open
 //! is checked against Open.ChannelSequence.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use smb_proto::msg::create::CTX_DURABLE_HANDLE_REQUEST_V2;
@@ -19,6 +20,7 @@ use crate::conn::Reply;
 use crate::dispatch::Ctx;
 
 pub const FILE_NOT_AVAILABLE: NtStatus = NtStatus(0xC000_0467);
+pub const DUPLICATE_OBJECTID: NtStatus = NtStatus(0xC000_022A);
 
 /// Open.ChannelSequence, Open.OutstandingRequestCount and Open.OutstandingPreRequestCount.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -45,37 +47,47 @@ impl Drop for InFlight {
     }
 }
 
-/// MS-SMB2 3.3.5.2.10 for a WRITE, SET_INFO or IOCTL on `open` with `sequence` in its header:
-/// the same sequence counts as outstanding, a newer one (16-bit difference up to 0x7FFF)
-/// becomes Open.ChannelSequence, an older one answers FILE_NOT_AVAILABLE, as does a replay
-/// while requests of an older sequence are still outstanding.
-pub fn begin(open: &Arc<Open>, sequence: u16, replay: bool) -> Result<InFlight, NtStatus> {
+/// MS-SMB2 3.3.5.2.10 for a request on `open` with `sequence` in its header: the same
+/// sequence counts as outstanding, a newer one (16-bit difference up to 0x7FFF) becomes
+/// Open.ChannelSequence. For a request that `modifies` (WRITE, SET_INFO, IOCTL) an older one
+/// answers FILE_NOT_AVAILABLE, as does a replay while requests of an older sequence are
+/// still outstanding; other requests with an older one go on uncounted. Any request on the
+/// open also ends the replay of its CREATE.
+pub fn begin(
+    open: &Arc<Open>,
+    sequence: u16,
+    replay: bool,
+    modifies: bool,
+) -> Result<Option<InFlight>, NtStatus> {
+    open.replayable.store(false, Ordering::Relaxed);
     let mut c = open.channel.lock();
     if sequence == c.sequence {
-        if replay && c.pre_outstanding > 0 {
+        if modifies && replay && c.pre_outstanding > 0 {
             return Err(FILE_NOT_AVAILABLE);
         }
         c.outstanding += 1;
     } else if sequence.wrapping_sub(c.sequence) <= 0x7FFF {
-        c.pre_outstanding += c.outstanding;
-        if replay && c.pre_outstanding > 0 {
-            c.pre_outstanding -= c.outstanding;
+        if modifies && replay && c.pre_outstanding + c.outstanding > 0 {
             return Err(FILE_NOT_AVAILABLE);
         }
+        c.pre_outstanding += c.outstanding;
         c.outstanding = 1;
         c.sequence = sequence;
-    } else {
+    } else if modifies {
         return Err(FILE_NOT_AVAILABLE);
+    } else {
+        return Ok(None);
     }
-    Ok(InFlight {
+    Ok(Some(InFlight {
         open: open.clone(),
         sequence,
-    })
+    }))
 }
 
-/// A CREATE with a DH2Q CreateGuid already known: with the replay flag, a CREATE still
-/// waiting for breaks answers FILE_NOT_AVAILABLE and an open of this session and tree is
-/// answered again (no second open). None: a CREATE like any other.
+/// A CREATE with a DH2Q CreateGuid already known to this session (MS-SMB2 3.3.5.9.10):
+/// without the replay flag it answers DUPLICATE_OBJECTID; with it, a CREATE still waiting for breaks answers
+/// FILE_NOT_AVAILABLE and an open of this session and tree not yet used by another request
+/// is answered again (no second open). None: a CREATE like any other.
 pub fn replayed_create(
     ctx: &Ctx<'_>,
     req: &CreateRequest<'_>,
@@ -83,17 +95,25 @@ pub fn replayed_create(
     replay: bool,
     out: &mut Vec<u8>,
 ) -> Option<Result<Reply, NtStatus>> {
-    if !replay {
-        return None;
-    }
     let guid = ask.create_guid()?;
     let entry = ctx.server.create_guids.lock().get(&guid).cloned()?;
     let open = match entry {
         GuidEntry::Pending { client_guid } => {
-            return (client_guid == ctx.session.client_guid).then_some(Err(FILE_NOT_AVAILABLE));
+            return (replay && client_guid == ctx.session.client_guid)
+                .then_some(Err(FILE_NOT_AVAILABLE));
         }
+        // Another client's or another session's open with that CreateGuid is not this one's.
+        GuidEntry::Open {
+            client_guid,
+            session_id,
+            ..
+        } if client_guid != ctx.session.client_guid || session_id != ctx.session.id => return None,
+        GuidEntry::Open { .. } if !replay => return Some(Err(DUPLICATE_OBJECTID)),
         GuidEntry::Open { open, .. } => open,
     };
+    if !open.replayable.load(Ordering::Relaxed) {
+        return None;
+    }
     let live = ctx
         .session
         .state
