@@ -14,7 +14,8 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 suites=(smb2.connect smb2.read smb2.rw smb2.dir smb2.getinfo smb2.setinfo smb2.create
     smb2.credits smb2.compound smb2.lock smb2.ioctl.network_interface_info smb2.session
-    smb2.multichannel smb2.lease smb2.oplock smb2.durable-v2-open smb2.replay)
+    smb2.multichannel smb2.lease smb2.oplock smb2.durable-open smb2.durable-v2-open
+    smb2.replay)
 check_floor=1
 if [ $# -gt 0 ]; then suites=("$@"); check_floor=0; fi
 per_suite_timeout=${SMBTORTURE_TIMEOUT:-60}

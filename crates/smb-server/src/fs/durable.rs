@@ -88,8 +88,9 @@ pub struct DurableAsk {
 }
 
 impl DurableAsk {
-    /// The contexts, with the combinations MS-SMB2 3.3.5.9 refuses (INVALID_PARAMETER): a
-    /// request beside a reconnect, v1 beside v2, or a body of the wrong size.
+    /// The contexts, with the combinations MS-SMB2 3.3.5.9 refuses (INVALID_PARAMETER): v1
+    /// beside v2, DH2Q beside DH2C, or a body of the wrong size. DHnQ beside DHnC is ignored
+    /// (3.3.5.9.7).
     pub fn parse(req: &CreateRequest<'_>) -> Result<DurableAsk, NtStatus> {
         let bad = |_| NtStatus::INVALID_PARAMETER;
         let data = |name: &[u8]| req.context(name).map(|c| c.data);
@@ -121,7 +122,9 @@ impl DurableAsk {
             ask.reconnect_v1.is_some(),
             ask.reconnect_v2.is_some(),
         ];
-        if asks.iter().filter(|a| **a).count() > 1 {
+        let v1_pair =
+            ask.v1 && ask.reconnect_v1.is_some() && asks.iter().filter(|a| **a).count() == 2;
+        if asks.iter().filter(|a| **a).count() > 1 && !v1_pair {
             return Err(NtStatus::INVALID_PARAMETER);
         }
         Ok(ask)
@@ -392,17 +395,18 @@ pub fn reconnect(
         (None, None) => return Err(NtStatus::INVALID_PARAMETER),
     };
     let share = ctx.tree.share.as_ref().ok_or(not_found)?;
-    let (open, user, client_guid) = {
+    let (open, user) = {
         let orphans = ctx.server.orphans.lock();
         let o = orphans.get(&fid.persistent).ok_or(not_found)?;
-        (o.open.clone(), o.user.clone(), o.client_guid)
+        (o.open.clone(), o.user.clone())
     };
-    let durable = (*open.durable.lock()).ok_or(not_found)?;
-    match guid {
-        Some(g) if !durable.v2 || open.create_guid != Some(g) => return Err(not_found),
-        // DHnC may reconnect a DH2Q open too (as Windows and Samba allow).
-        None if client_guid != ctx.session.client_guid => return Err(not_found),
-        _ => {}
+    if open.durable.lock().is_none() {
+        return Err(not_found);
+    }
+    // DHnC may reconnect a DH2Q open too, from any client GUID; DH2C needs the open's
+    // CreateGuid, zero for a DHnQ open (as Samba).
+    if guid.is_some_and(|g| open.create_guid.unwrap_or_default() != g) {
+        return Err(not_found);
     }
     if !Arc::ptr_eq(&open.share, share) {
         return Err(not_found);

@@ -387,6 +387,10 @@ fn request_and_reconnect_contexts_do_not_mix() {
             (CTX_DURABLE_HANDLE_REQUEST, &v1[..]),
             (CTX_DURABLE_HANDLE_REQUEST_V2, &q[..]),
         ],
+        [
+            (CTX_DURABLE_HANDLE_RECONNECT, &v1[..]),
+            (CTX_DURABLE_HANDLE_RECONNECT_V2, &c[..]),
+        ],
     ] {
         let contexts = pair
             .iter()
@@ -398,6 +402,22 @@ fn request_and_reconnect_contexts_do_not_mix() {
             Some(NtStatus::INVALID_PARAMETER)
         );
     }
+    // DHnQ beside DHnC is ignored (MS-SMB2 3.3.5.9.7).
+    let both = request(
+        &name,
+        OPLOCK_BATCH,
+        vec![
+            CreateContext {
+                name: CTX_DURABLE_HANDLE_REQUEST,
+                data: &v1,
+            },
+            CreateContext {
+                name: CTX_DURABLE_HANDLE_RECONNECT,
+                data: &v1,
+            },
+        ],
+    );
+    assert!(DurableAsk::parse(&both).is_ok_and(|a| a.is_reconnect()));
     let short = [0u8; 31];
     let req = request(
         &name,
@@ -451,7 +471,7 @@ fn channel_sequence_rules() {
 }
 
 #[test]
-fn a_dh2q_open_reconnects_through_dhnc_from_the_same_client() {
+fn a_dh2q_open_reconnects_through_dhnc() {
     let e = env();
     let t = tree(&e.share);
     let s1 = session(&e.server, 61, "alice");
