@@ -14,16 +14,17 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 suites=(smb2.connect smb2.read smb2.rw smb2.dir smb2.getinfo smb2.setinfo smb2.create
     smb2.credits smb2.compound smb2.lock smb2.ioctl.network_interface_info smb2.session
-    smb2.multichannel smb2.lease smb2.oplock)
+    smb2.multichannel smb2.lease smb2.oplock smb2.durable-open smb2.durable-v2-open
+    smb2.replay)
 check_floor=1
 if [ $# -gt 0 ]; then suites=("$@"); check_floor=0; fi
 per_suite_timeout=${SMBTORTURE_TIMEOUT:-60}
-# smb2.lease and smb2.oplock wait out 35-second break timeouts and "no break came" windows
-# by design: about 3 and 2 minutes on a 2-core machine.
+# smb2.lease, smb2.oplock and smb2.replay wait out 35-second break timeouts and "no break
+# came" windows by design: about 3, 2 and 3 minutes on a 2-core machine.
 long_timeout=${SMBTORTURE_LONG_TIMEOUT:-300}
 suite_timeout() {
     case "$1" in
-        smb2.lease | smb2.oplock) echo "$((long_timeout > per_suite_timeout ? long_timeout : per_suite_timeout))" ;;
+        smb2.lease | smb2.oplock | smb2.replay) echo "$((long_timeout > per_suite_timeout ? long_timeout : per_suite_timeout))" ;;
         *) echo "$per_suite_timeout" ;;
     esac
 }
@@ -35,6 +36,7 @@ done
 
 bin=${LANES_BIN:-target/release/lanes}
 if [ -z "${LANES_BIN:-}" ]; then cargo build --release -q -p lanes; fi
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 
 ns="lanes-smbt-$$"
 work=$(mktemp -d /tmp/lanes-smbtorture.XXXXXX)
@@ -92,7 +94,7 @@ printf 'torture-pass-2\n' >"$work/pw2"
 "$bin" smb user add alice --config "$work/lanes.toml" --password-file "$work/pw1" >/dev/null
 "$bin" smb user add bob --config "$work/lanes.toml" --password-file "$work/pw2" >/dev/null
 
-(cd "$work" && exec ip netns exec "$ns" "$OLDPWD/$bin" serve --config lanes.toml >serve.out 2>serve.log) &
+(cd "$work" && exec ip netns exec "$ns" "$bin" serve --config lanes.toml >serve.out 2>serve.log) &
 server_pid=$!
 for _ in $(seq 1 100); do
     grep -q "SMB listening on $addr2" "$work/serve.log" 2>/dev/null && break

@@ -69,6 +69,9 @@ fn all_decoders(b: &[u8]) {
     let _ = smb_proto::msg::create_ctx::DurableReconnectV2::decode(b);
     let _ = smb_proto::msg::create_ctx::decode_maximal_access_request(b);
     let _ = smb_proto::msg::create_ctx::decode_durable_reconnect_v1(b);
+    let _ = smb_proto::msg::create_ctx::decode_durable_request_v1(b);
+    let _ = smb_proto::msg::create_ctx::DurableResponseV2::decode(b);
+    let _ = smb_proto::msg::create_ctx::decode_app_instance_id(b);
     let _ = smb_proto::msg::ioctl::decode_network_interfaces(b);
     let mut auth = smb_proto::server::SessionAuth::new(ChallengeParams {
         server_challenge: [2; 8],

@@ -210,3 +210,95 @@ fn related_ids_and_the_interim_response() {
     assert!(back.flags.is_response());
     assert_ne!(back.wire_flags() & Flags::ASYNC_COMMAND, 0);
 }
+
+proptest! {
+    #[test]
+    fn durable_responses_and_app_instance_round_trip(t in any::<u32>(), f in any::<u32>(), g in any::<[u8; 16]>()) {
+        let r = DurableResponseV2 { timeout: t, flags: f };
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        prop_assert_eq!(b.len(), 8);
+        prop_assert_eq!(DurableResponseV2::decode(&b).unwrap(), r);
+        let mut b = Vec::new();
+        encode_app_instance_id(&g, &mut b);
+        prop_assert_eq!(b.len(), 20);
+        prop_assert_eq!(decode_app_instance_id(&b).unwrap(), g);
+    }
+
+    #[test]
+    fn durable_decoders_reject_other_sizes(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+        prop_assert_eq!(DurableRequestV2::decode(&data).is_ok(), data.len() == 32);
+        prop_assert_eq!(DurableReconnectV2::decode(&data).is_ok(), data.len() == 36);
+        prop_assert_eq!(DurableResponseV2::decode(&data).is_ok(), data.len() == 8);
+        prop_assert_eq!(decode_durable_request_v1(&data).is_ok(), data.len() == 16);
+        prop_assert_eq!(decode_durable_reconnect_v1(&data).is_ok(), data.len() == 16);
+        let app_ok = data.len() == 20 && data[0] == 20 && data[1] == 0;
+        prop_assert_eq!(decode_app_instance_id(&data).is_ok(), app_ok);
+    }
+}
+
+/// A CREATE carrying DH2Q, RqLs and AppInstanceId survives encode and decode, and each
+/// context's body decodes back from the parsed request.
+#[test]
+fn create_with_durable_contexts_round_trips() {
+    use smb_proto::msg::create::{
+        CTX_APP_INSTANCE_ID, CTX_DURABLE_HANDLE_REQUEST, CTX_DURABLE_HANDLE_REQUEST_V2,
+    };
+    let dh2q = DurableRequestV2 {
+        timeout: 300_000,
+        flags: DH2_FLAG_PERSISTENT,
+        create_guid: [7; 16],
+    };
+    let mut d = Vec::new();
+    dh2q.encode(&mut d);
+    let mut app = Vec::new();
+    encode_app_instance_id(&[9; 16], &mut app);
+    let name: Vec<u8> = "dir\\f.dat"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let req = CreateRequest {
+        security_flags: 0,
+        requested_oplock_level: 9,
+        impersonation_level: 2,
+        smb_create_flags: 0,
+        desired_access: 0x0012_019F,
+        file_attributes: 0,
+        share_access: 7,
+        create_disposition: 3,
+        create_options: 0,
+        name: &name,
+        contexts: vec![
+            CreateContext {
+                name: CTX_DURABLE_HANDLE_REQUEST_V2,
+                data: &d,
+            },
+            CreateContext {
+                name: CTX_APP_INSTANCE_ID,
+                data: &app,
+            },
+        ],
+    };
+    let b = encode_message(&blank(), &req);
+    let back = CreateRequest::decode(&b).unwrap();
+    assert_eq!(back.name_string().unwrap(), "dir\\f.dat");
+    let got = DurableRequestV2::decode(back.context(CTX_DURABLE_HANDLE_REQUEST_V2).unwrap().data)
+        .unwrap();
+    assert_eq!(got, dh2q);
+    assert!(got.is_persistent());
+    let id = decode_app_instance_id(back.context(CTX_APP_INSTANCE_ID).unwrap().data).unwrap();
+    assert_eq!(id, [9; 16]);
+    assert!(back.context(CTX_DURABLE_HANDLE_REQUEST).is_none());
+}
+
+#[test]
+fn malformed_durable_contexts_are_errors() {
+    // A DH2Q one byte short, a DHnQ with data, an AppInstanceId with a wrong StructureSize.
+    assert!(DurableRequestV2::decode(&[0xFF; 31]).is_err());
+    assert!(decode_durable_request_v1(&[0; 17]).is_err());
+    let mut app = Vec::new();
+    encode_app_instance_id(&[1; 16], &mut app);
+    app[0] = 24;
+    assert!(decode_app_instance_id(&app).is_err());
+    assert!(DurableResponseV2::decode(&[0; 16]).is_err());
+}

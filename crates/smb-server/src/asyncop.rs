@@ -151,17 +151,28 @@ impl Conn {
         );
         tokio::spawn(async move {
             crate::fs::oplock::wait_for_breaks(&server, key, &requester, Some(&done)).await;
-            if done.swap(true, Ordering::AcqRel) {
-                return;
-            }
             let Ok(Request::Create(req)) = Request::decode(&header, &bytes) else {
                 return;
             };
+            // The CreateGuid stops being pending once the CREATE has run or was cancelled.
+            let guid = crate::fs::durable::DurableAsk::parse(&req)
+                .ok()
+                .and_then(|a| a.create_guid());
+            let unpend = || {
+                if let Some(g) = guid {
+                    crate::fs::durable::set_pending(&server, session.client_guid, g, false);
+                }
+            };
+            if done.swap(true, Ordering::AcqRel) {
+                unpend();
+                return;
+            }
             let ctx = Ctx {
                 server: &server,
                 session: &session,
                 tree: &tree,
                 tx: &tx,
+                channel_sequence: header.channel_sequence(),
             };
             let mut out = vec![0u8; 4 + HEADER_LEN];
             let status = match crate::fs::open::create(&ctx, &req, &mut out) {
@@ -172,6 +183,7 @@ impl Conn {
                     s
                 }
             };
+            unpend();
             let _ = tx.send(seal.finish(&header, async_id, session_id, status, out));
         });
         Outcome::Pending(async_id)

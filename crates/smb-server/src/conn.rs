@@ -251,7 +251,7 @@ impl Conn {
                 st.channels == 0
             };
             if last {
-                crate::session::end_session(&self.server, &ch.session);
+                crate::session::end_session(&self.server, &ch.session, true);
                 self.server.remove_session(id);
             } else if !ch.session.closed.load(std::sync::atomic::Ordering::Relaxed) {
                 Counters::bump(&self.server.counters.channels_lost);

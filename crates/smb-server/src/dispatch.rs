@@ -17,6 +17,8 @@ pub struct Ctx<'a> {
     pub tree: &'a Arc<Tree>,
     /// The writer of the connection the request came on.
     pub tx: &'a tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    /// The request's ChannelSequence (a new open starts with it, MS-SMB2 3.3.5.9).
+    pub channel_sequence: u16,
 }
 
 impl Conn {
@@ -59,14 +61,32 @@ impl Conn {
             session: &session,
             tree: &tree,
             tx: &self.tx,
+            channel_sequence: inc.header.channel_sequence(),
         };
         if let Request::Create(r) = &req {
+            use crate::fs::durable;
+            let ask = match durable::DurableAsk::parse(r) {
+                Ok(a) => a,
+                Err(s) => return Outcome::Error(s),
+            };
+            if ask.is_reconnect() {
+                return durable::reconnect(&ctx, r, &ask, out).into();
+            }
+            let replay = inc.header.flags.is_replay();
+            if let Some(result) = crate::fs::replay::replayed_create(&ctx, r, &ask, replay, out) {
+                return result.into();
+            }
+            durable::close_app_instance(&self.server, &ask);
             if let Some((key, requester)) = crate::fs::open::requester(&ctx, r) {
                 use crate::fs::oplock::{start_breaks, wait_for_breaks, waits_on, Step};
+                durable::purge_conflicting(&self.server, key, &requester);
                 if let Step::Wait { .. } = start_breaks(&self.server, key, &requester) {
                     if inc.last {
                         // MS-SMB2 3.3.4.2: an interim response now, the CREATE completes
                         // once the breaks are acknowledged; the connection keeps serving.
+                        if let Some(guid) = ask.create_guid() {
+                            durable::set_pending(&self.server, session.client_guid, guid, true);
+                        }
                         return self.create_async(&inc, &session, &tree, key, requester);
                     }
                     // Inside a compound chain: waited for here, except on a holder of this
@@ -103,11 +123,29 @@ impl Conn {
             Some(None) => return Outcome::Error(NtStatus::INVALID_PARAMETER),
             None => return Outcome::Error(NtStatus::INVALID_PARAMETER),
         };
+        let replay = inc.header.flags.is_replay();
+        let sequence = inc.header.channel_sequence();
         if let Request::Ioctl(r) = &req {
+            let open = session.open(fid, tree_id);
+            let _in_flight = match open
+                .as_ref()
+                .map(|o| crate::fs::replay::begin(o, sequence, replay, true))
+            {
+                Some(Err(s)) => return Outcome::Error(s),
+                Some(Ok(f)) => f,
+                None => None,
+            };
             return crate::ioctl::ioctl(self, &ctx, r, fid, out);
         }
         let Some(open) = session.open(fid, tree_id) else {
             return Outcome::Error(NtStatus::FILE_CLOSED);
+        };
+        // Every request on the open follows its ChannelSequence; only WRITE and SET_INFO (and
+        // IOCTL, above) are refused for a stale one.
+        let modifies = matches!(req, Request::Write(_) | Request::SetInfo(_));
+        let _in_flight = match crate::fs::replay::begin(&open, sequence, replay, modifies) {
+            Ok(f) => f,
+            Err(s) => return Outcome::Error(s),
         };
         let reply = match req {
             Request::Close(r) => crate::fs::open::close(&ctx, &open, &r, out),

@@ -1,5 +1,6 @@
 //! IOCTL: FSCTL_VALIDATE_NEGOTIATE_INFO, FSCTL_QUERY_NETWORK_INTERFACE_INFO (each listen
-//! address with its link speed), DFS referrals answered "not found", the rest refused.
+//! address with its link speed), FSCTL_CREATE_OR_GET_OBJECT_ID (an id from the inode), DFS
+//! referrals answered "not found", the rest refused.
 
 use std::net::IpAddr;
 
@@ -18,6 +19,20 @@ use crate::fs::status;
 
 const FSCTL_DFS_GET_REFERRALS_EX: u32 = 0x0006_01B0;
 const FSCTL_PIPE_TRANSCEIVE: u32 = 0x0011_C017;
+const FSCTL_CREATE_OR_GET_OBJECT_ID: u32 = 0x0009_00C0;
+
+/// FILE_OBJECTID_BUFFER (MS-FSCC 2.1.3.1, 64 bytes): the ObjectId is the file's inode and
+/// device (stable while the file exists, nothing is stored); the birth ids repeat it, the
+/// domain id is zero.
+fn object_id(open: &crate::fs::open::Open, out: &mut Vec<u8>) {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&open.key.1.to_le_bytes());
+    id[8..].copy_from_slice(&open.key.0.to_le_bytes());
+    out.extend_from_slice(&id);
+    out.extend_from_slice(&[0; 16]);
+    out.extend_from_slice(&id);
+    out.extend_from_slice(&[0; 16]);
+}
 
 pub fn ioctl(
     conn: &Conn,
@@ -81,6 +96,12 @@ pub fn ioctl(
             return Outcome::Error(status::NOT_FOUND);
         }
         FSCTL_PIPE_TRANSCEIVE => return Outcome::Error(NtStatus::NOT_SUPPORTED),
+        FSCTL_CREATE_OR_GET_OBJECT_ID if ctx.session.open(fid, ctx.tree.id).is_some() => {
+            let Some(open) = ctx.session.open(fid, ctx.tree.id) else {
+                return Outcome::Error(NtStatus::FILE_CLOSED);
+            };
+            object_id(&open, &mut data);
+        }
         _ => {
             let on_file = fid != FileId::RELATED && ctx.session.open(fid, ctx.tree.id).is_some();
             return Outcome::Error(if on_file {

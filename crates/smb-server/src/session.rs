@@ -179,7 +179,7 @@ impl Conn {
                     if req.previous_session_id != 0 && req.previous_session_id != sid {
                         if let Some(old) = self.server.session(req.previous_session_id) {
                             if old.user.eq_ignore_ascii_case(&session.user) {
-                                end_session(&self.server, &old);
+                                end_session(&self.server, &old, true);
                                 self.server.remove_session(old.id);
                             }
                         }
@@ -319,7 +319,7 @@ impl Conn {
             return Outcome::Error(NtStatus::USER_SESSION_DELETED);
         };
         let session = ch.session.clone();
-        end_session(&self.server, &session);
+        end_session(&self.server, &session, false);
         self.server.remove_session(session_id);
         LogoffResponse.encode(out);
         // The response is still signed with this channel's key; the channel goes after it.
@@ -328,14 +328,19 @@ impl Conn {
     }
 }
 
-/// Closes every open of a session and forgets its trees.
-pub fn end_session(server: &Server, session: &Session) {
+/// Closes every open of a session and forgets its trees. With `keep_durable` (the session is
+/// lost with its connection, or replaced by a new one), durable opens stay for a reconnect.
+pub fn end_session(server: &Arc<Server>, session: &Session, keep_durable: bool) {
     session.closed.store(true, Ordering::Relaxed);
     let opens: Vec<_> = {
         let mut st = session.state.lock();
         st.trees.clear();
         st.opens.drain().map(|(_, o)| o).collect()
     };
+    if keep_durable {
+        crate::fs::durable::orphan_or_close(server, &session.user, session.client_guid, opens);
+        return;
+    }
     for o in opens {
         crate::fs::open::close_open(server, &o);
     }

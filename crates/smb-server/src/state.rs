@@ -94,6 +94,10 @@ pub struct Server {
     /// before it.
     pub leases: Mutex<LeaseIndex>,
     pub locks: LockTable,
+    /// Durable opens whose session is gone, by persistent FileId (`fs::durable`).
+    pub orphans: Mutex<HashMap<u64, crate::fs::durable::Orphan>>,
+    /// CreateGuids of opens and of CREATEs waiting for breaks, for replays and reconnects.
+    pub create_guids: Mutex<crate::fs::durable::GuidTable>,
     /// Open connections with their counters, and the server-wide counters (`lanes status`,
     /// `/metrics`).
     pub conns: crate::stats::ConnTable,
@@ -116,6 +120,8 @@ impl Server {
             files: Mutex::new(HashMap::new()),
             leases: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
+            orphans: Mutex::new(HashMap::new()),
+            create_guids: Mutex::new(HashMap::new()),
             conns: crate::stats::ConnTable::default(),
             counters: crate::stats::Counters::default(),
             // Random high bits keep ids of different server runs apart.
@@ -216,7 +222,7 @@ impl Session {
         let st = self.state.lock();
         st.opens
             .get(&fid.volatile)
-            .filter(|o| o.persistent == fid.persistent && o.tree_id == tree)
+            .filter(|o| o.persistent == fid.persistent && o.tree() == tree)
             .cloned()
     }
 }

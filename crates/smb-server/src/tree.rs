@@ -82,7 +82,7 @@ pub fn tree_disconnect(
         let ids: Vec<u64> = st
             .opens
             .iter()
-            .filter(|(_, o)| o.tree_id == tree_id)
+            .filter(|(_, o)| o.tree() == tree_id)
             .map(|(k, _)| *k)
             .collect();
         ids.iter().filter_map(|k| st.opens.remove(k)).collect()

@@ -16,6 +16,10 @@ pub const CTX_QUERY_MAXIMAL_ACCESS: &[u8] = b"MxAc";
 pub const CTX_QUERY_ON_DISK_ID: &[u8] = b"QFid";
 pub const CTX_TIMEWARP: &[u8] = b"TWrp";
 pub const CTX_ALLOCATION_SIZE: &[u8] = b"AlSi";
+/// SMB2_CREATE_APP_INSTANCE_ID: a 16-byte GUID name (MS-SMB2 2.2.13.2).
+pub const CTX_APP_INSTANCE_ID: &[u8] = &[
+    0x45, 0xBC, 0xA6, 0x6A, 0xEF, 0xA7, 0xF7, 0x4A, 0x90, 0x08, 0xFA, 0x46, 0x2E, 0x14, 0x4D, 0x74,
+];
 
 /// One create context: its name and data, both borrowed from the message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -151,6 +151,65 @@ impl DurableReconnectV2 {
     }
 }
 
+/// DH2Q response (8 bytes): the timeout the server keeps the handle for, in milliseconds, and
+/// the flags it granted (PERSISTENT or none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableResponseV2 {
+    pub timeout: u32,
+    pub flags: u32,
+}
+
+impl DurableResponseV2 {
+    pub fn decode(data: &[u8]) -> Result<Self, DecodeError> {
+        if data.len() != 8 {
+            return Err(DecodeError::Invalid("DH2Q response is not 8 bytes"));
+        }
+        let mut r = Reader::new(data, "DH2Q response");
+        Ok(DurableResponseV2 {
+            timeout: r.u32()?,
+            flags: r.u32()?,
+        })
+    }
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        DurableRequestV2::encode_response(self.timeout, self.flags, out);
+    }
+}
+
+/// DHnQ request: 16 reserved bytes (MS-SMB2 2.2.13.2.3); anything else is malformed.
+pub fn decode_durable_request_v1(data: &[u8]) -> Result<(), DecodeError> {
+    if data.len() != 16 {
+        return Err(DecodeError::Invalid("DHnQ is not 16 bytes"));
+    }
+    Ok(())
+}
+
+/// DHnQ response data: 8 reserved bytes (MS-SMB2 2.2.14.2.3).
+pub fn encode_durable_response_v1(out: &mut Vec<u8>) {
+    put_u64(out, 0);
+}
+
+/// SMB2_CREATE_APP_INSTANCE_ID request (20 bytes: StructureSize 20, Reserved, the GUID).
+pub fn decode_app_instance_id(data: &[u8]) -> Result<[u8; 16], DecodeError> {
+    if data.len() != 20 {
+        return Err(DecodeError::Invalid("AppInstanceId is not 20 bytes"));
+    }
+    let mut r = Reader::new(data, "AppInstanceId");
+    if r.u16()? != 20 {
+        return Err(DecodeError::Invalid(
+            "AppInstanceId StructureSize is not 20",
+        ));
+    }
+    r.u16()?;
+    r.array()
+}
+
+/// The AppInstanceId context's data.
+pub fn encode_app_instance_id(id: &[u8; 16], out: &mut Vec<u8>) {
+    put_u16(out, 20);
+    put_u16(out, 0);
+    out.extend_from_slice(id);
+}
+
 /// DHnC request: the FileId to reconnect (16 bytes).
 pub fn decode_durable_reconnect_v1(data: &[u8]) -> Result<FileId, DecodeError> {
     if data.len() != 16 {

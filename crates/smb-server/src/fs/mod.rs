@@ -1,6 +1,7 @@
 //! The file server over a share directory.
 
 pub mod dir;
+pub mod durable;
 pub mod grant;
 pub mod info;
 pub mod io;
@@ -9,6 +10,7 @@ pub mod lock;
 pub mod open;
 pub mod oplock;
 pub mod path;
+pub mod replay;
 pub mod setinfo;
 
 use smb_proto::NtStatus;

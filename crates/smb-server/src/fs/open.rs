@@ -3,15 +3,17 @@
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use smb_proto::msg::create::{
-    CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_QUERY_MAXIMAL_ACCESS, CTX_QUERY_ON_DISK_ID, CTX_REQUEST_LEASE,
+    CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_DURABLE_HANDLE_REQUEST, CTX_DURABLE_HANDLE_REQUEST_V2,
+    CTX_QUERY_MAXIMAL_ACCESS, CTX_QUERY_ON_DISK_ID, CTX_REQUEST_LEASE,
 };
 use smb_proto::msg::create_ctx::{
-    encode_maximal_access_response, encode_on_disk_id_response, Lease,
+    encode_durable_response_v1, encode_maximal_access_response, encode_on_disk_id_response,
+    DurableResponseV2, Lease,
 };
 use smb_proto::msg::{
     CloseRequest, CloseResponse, CreateContext, CreateRequest, CreateResponse, FileId, Message as _,
@@ -66,7 +68,8 @@ const OPT_DELETE_ON_CLOSE: u32 = 0x0000_1000;
 pub struct Open {
     pub persistent: u64,
     pub volatile: u64,
-    pub tree_id: u32,
+    /// The tree connect it belongs to (a durable reconnect moves it to another).
+    pub tree_id: AtomicU32,
     pub share: Arc<Share>,
     pub path: Mutex<PathBuf>,
     /// Share-relative name, `\`-separated.
@@ -86,6 +89,16 @@ pub struct Open {
     pub closed: AtomicBool,
     /// LOCKs done, by lock sequence index, for replays.
     pub lock_sequences: super::lock::LockSequences,
+    /// The CreateGuid of its DH2Q context, for replays and reconnects.
+    pub create_guid: Option<[u8; 16]>,
+    /// Its durability, when granted (MS-SMB2 3.3.5.9.10).
+    pub durable: Mutex<Option<super::durable::Durable>>,
+    /// What its CREATE answered, for a replayed CREATE.
+    pub created: Mutex<super::durable::Created>,
+    /// Open.ChannelSequence and its outstanding request counts (MS-SMB2 3.3.5.2.10).
+    pub channel: Mutex<super::replay::ChannelState>,
+    /// Its CREATE may still be replayed: no other request has used the open yet.
+    pub replayable: AtomicBool,
 }
 
 impl Open {
@@ -94,6 +107,9 @@ impl Open {
             persistent: self.persistent,
             volatile: self.volatile,
         }
+    }
+    pub fn tree(&self) -> u32 {
+        self.tree_id.load(Ordering::Relaxed)
     }
     pub fn can_read(&self) -> bool {
         self.access & (FILE_READ_DATA | FILE_EXECUTE) != 0
@@ -213,6 +229,7 @@ pub fn create(
     };
     let name = req.name_string().map_err(|_| status::OBJECT_NAME_INVALID)?;
     check_request(req)?;
+    let ask = super::durable::DurableAsk::parse(req)?;
     if name.starts_with('\\') {
         return Err(NtStatus::INVALID_PARAMETER);
     }
@@ -351,10 +368,15 @@ pub fn create(
             &mut ctx.server.leases.lock(),
         );
     }
+    let caching = match &granted.lease {
+        Some(Lease::V1 { state, .. } | Lease::V2 { state, .. }) => *state,
+        None => super::lease::oplock_state(granted.oplock_level),
+    };
+    let durable = ask.grant(caching, meta.is_dir());
     let open = Arc::new(Open {
         persistent: id,
         volatile: id,
-        tree_id: ctx.tree.id,
+        tree_id: AtomicU32::new(ctx.tree.id),
         share,
         path: Mutex::new(r.path),
         name: Mutex::new(r.name),
@@ -369,6 +391,14 @@ pub fn create(
         position: std::sync::atomic::AtomicU64::new(0),
         closed: AtomicBool::new(false),
         lock_sequences: Default::default(),
+        create_guid: ask.create_guid(),
+        durable: Mutex::new(durable),
+        created: Mutex::new(Default::default()),
+        channel: Mutex::new(super::replay::ChannelState {
+            sequence: ctx.channel_sequence,
+            ..Default::default()
+        }),
+        replayable: AtomicBool::new(true),
     });
     if action == 3 || action == 0 {
         if let Err(e) = open.file.set_len(0) {
@@ -423,23 +453,49 @@ pub fn create(
         l.encode(&mut d);
         ctx_data.push((CTX_REQUEST_LEASE, d));
     }
+    match durable {
+        Some(d) if d.v2 => {
+            let mut b = Vec::with_capacity(8);
+            DurableResponseV2 {
+                timeout: d.timeout_ms,
+                flags: 0,
+            }
+            .encode(&mut b);
+            ctx_data.push((CTX_DURABLE_HANDLE_REQUEST_V2, b));
+        }
+        Some(_) => {
+            let mut b = Vec::with_capacity(8);
+            encode_durable_response_v1(&mut b);
+            ctx_data.push((CTX_DURABLE_HANDLE_REQUEST, b));
+        }
+        None => {}
+    }
     let contexts: Vec<CreateContext<'_>> = ctx_data
         .iter()
         .map(|(n, d)| CreateContext { name: n, data: d })
         .collect();
     let fid = open.file_id();
-    CreateResponse {
-        oplock_level: granted.oplock_level,
-        flags: 0,
-        create_action: action,
+    let created = super::durable::Created {
+        action,
         times: file_times(&meta, &dos),
         allocation_size: allocation(&meta),
         end_of_file: if meta.is_dir() { 0 } else { meta.len() },
         file_attributes: attributes(&meta, &dos),
+    };
+    *open.created.lock() = created;
+    CreateResponse {
+        oplock_level: granted.oplock_level,
+        flags: 0,
+        create_action: action,
+        times: created.times,
+        allocation_size: created.allocation_size,
+        end_of_file: created.end_of_file,
+        file_attributes: created.file_attributes,
         file_id: fid,
         contexts,
     }
     .encode(out);
+    super::durable::register(ctx, &ask, &open);
     ctx.session.state.lock().opens.insert(id, open);
     Ok(Reply {
         file_id: Some(fid),
@@ -474,6 +530,7 @@ pub fn close(
 /// delete removes it.
 pub fn close_open(server: &Server, open: &Open) {
     open.closed.store(true, Ordering::Release);
+    super::durable::unregister(server, open);
     server.locks.release_open(open.key, open.volatile);
     if open.delete_on_close.load(Ordering::Relaxed) {
         if let Some(st) = server.files.lock().get_mut(&open.key) {

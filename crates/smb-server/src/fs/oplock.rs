@@ -86,7 +86,7 @@ struct Send {
 }
 
 impl Holder {
-    fn owned_by(&self, r: &Requester) -> bool {
+    pub(crate) fn owned_by(&self, r: &Requester) -> bool {
         matches!(self.owner, Owner::Lease { client_guid, key, .. }
             if r.lease_key == Some(key) && r.client_guid == client_guid)
     }
