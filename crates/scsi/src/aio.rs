@@ -16,7 +16,7 @@ use blockstore::aio_pair;
 use bytes::{Bytes, BytesMut};
 
 use crate::alua::TargetPortGroups;
-use crate::cdb::{decode_cdb, op, Command};
+use crate::cdb::{decode_cdb, Command};
 use crate::lun::LogicalUnit;
 use crate::sense::Sense;
 use crate::{ScsiOutcome, ScsiRequest};
@@ -45,18 +45,7 @@ impl LogicalUnit {
         let Some(opcode) = req.cdb.first().copied() else {
             return Err(data_in);
         };
-        if !matches!(
-            opcode,
-            op::READ_6
-                | op::READ_10
-                | op::READ_12
-                | op::READ_16
-                | op::WRITE_6
-                | op::WRITE_10
-                | op::WRITE_12
-                | op::WRITE_16
-        ) || self.cfg.device.aio().is_none()
-        {
+        if !crate::cdb::is_read_or_write(opcode) || self.cfg.device.aio().is_none() {
             return Err(data_in);
         }
         let under_way = self.drain.enter_owned();

@@ -356,6 +356,21 @@ pub fn decode_cdb(cdb: &[u8]) -> Result<Command, Sense> {
     Ok(cmd)
 }
 
+/// READ(6/10/12/16) or WRITE(6/10/12/16): the commands the inline and asynchronous paths take.
+pub(crate) fn is_read_or_write(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        op::READ_6
+            | op::READ_10
+            | op::READ_12
+            | op::READ_16
+            | op::WRITE_6
+            | op::WRITE_10
+            | op::WRITE_12
+            | op::WRITE_16
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -280,17 +280,7 @@ impl LogicalUnit {
         data_in: &mut BytesMut,
     ) -> Option<ScsiOutcome> {
         let opcode = req.cdb.first().copied()?;
-        if !matches!(
-            opcode,
-            op::READ_6
-                | op::READ_10
-                | op::READ_12
-                | op::READ_16
-                | op::WRITE_6
-                | op::WRITE_10
-                | op::WRITE_12
-                | op::WRITE_16
-        ) {
+        if !crate::cdb::is_read_or_write(opcode) {
             return None;
         }
         let _under_way = self.drain.enter();
