@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%4ds] %s\n' "$SECONDS" "$*"; }
 
 # --- Debian packages ------------------------------------------------------------------------------
 # scripts/packages.txt maps every program the tests call to its package. A package is installed
