@@ -221,3 +221,83 @@ fn reservations_hold_across_gateways() {
         }
     });
 }
+
+/// The addresses published in `lanes.gw.prlun` (one per live gateway client).
+fn published(cluster: &Cluster) -> Vec<String> {
+    let object = "lanes.gw.prlun"; // lanes_rbd's gateways object for image prlun
+    cluster
+        .rados(&["-p", "rbd", "listxattr", object])
+        .lines()
+        .filter(|name| name.starts_with("client."))
+        .map(|name| {
+            cluster
+                .rados(&["-p", "rbd", "getxattr", object, name])
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The watches are the gateways' heartbeats. Gateway C is killed (kill -9: it unpublishes
+/// nothing) and gateway B paused (SIGSTOP); their watches go silent. The next reservation
+/// change, through A, completes once both are fenced: their clients are in the OSD blocklist
+/// and their addresses no longer published. B, resumed, is refused by the cluster: its port
+/// group turns unavailable.
+#[test]
+fn silent_gateways_are_fenced_by_the_next_change() {
+    use lanes_test_support::serve::Signal;
+    let cluster = Cluster::start(2);
+    cluster.image("prlun", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway(&cluster, dir.path(), "a");
+    let b = gateway(&cluster, dir.path(), "b");
+    let mut c = gateway(&cluster, dir.path(), "c");
+    let before = published(&cluster);
+    assert_eq!(
+        before.len(),
+        3,
+        "one published client per gateway: {before:?}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sa = login(&a, "iqn.2026-11.test:host-a").await;
+        let sb = login(&b, "iqn.2026-11.test:host-b").await;
+        assert_eq!(write(&sb).await, 0, "B writes before the fault");
+        c.stop(Signal::Kill, std::time::Duration::from_secs(10))
+            .expect("C exits on SIGKILL");
+        b.signal(Signal::Stop);
+        let started = std::time::Instant::now();
+        assert_eq!(pr_out(&sa, 0, 0, 0, 0xA1).await, 0, "REGISTER through A");
+        println!(
+            "REGISTER with B paused and C dead took {:?}",
+            started.elapsed()
+        );
+        let after = published(&cluster);
+        assert_eq!(after.len(), 1, "only A is published now: {after:?}");
+        let blocklist = cluster.ceph(&["osd", "blocklist", "ls"]);
+        let fenced: Vec<&String> = before.iter().filter(|addr| !after.contains(addr)).collect();
+        assert_eq!(fenced.len(), 2, "{before:?} -> {after:?}");
+        for addr in fenced {
+            assert!(
+                blocklist.contains(addr.as_str()),
+                "{addr} not in {blocklist}"
+            );
+        }
+        assert!(!blocklist.contains(after[0].as_str()), "A fenced itself");
+        b.signal(Signal::Cont);
+        // B learns of its fence from the OSD map with its next I/O.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match tur(&sb).await {
+                (2, Some((2, 0x04, 0x0c))) => break,
+                (0, _) | (2, Some((6, _, _))) => {
+                    let _ = write(&sb).await;
+                }
+                other => panic!("B answered TEST UNIT READY with {other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline, "B never fenced");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(keys(&sa).await.1, vec![0xA1], "A serves on");
+    });
+}

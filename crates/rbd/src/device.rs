@@ -37,9 +37,13 @@ const JOURNALING: u64 = 1 << 6;
 /// What every gateway's client must run with: no client-side cache (another gateway's write
 /// must be visible at once, and an acknowledged write must be on the OSDs), and discards that
 /// zero partial objects so deallocated ranges read back zeros.
-const CLIENT_OPTIONS: [(&str, &str); 2] = [
+/// A gateway's client: no cache (every gateway reads what any other wrote), and its watches
+/// pinged every half second, so that a live gateway keeps its watch within
+/// [`crate::ffi::WATCH_TIMEOUT_S`] and a silent one loses it (`pr_store.rs`).
+pub(crate) const CLIENT_OPTIONS: [(&str, &str); 3] = [
     ("rbd_cache", "false"),
     ("rbd_skip_partial_discard", "false"),
+    ("objecter_tick_interval", "0.5"),
 ];
 
 /// The features to disable (in the order `rbd feature disable` needs) for `features`.

@@ -13,8 +13,10 @@ use crate::{errno_text, Error};
 
 mod aio;
 mod rados;
+mod watch;
 pub use aio::{available as aio_available, OnError};
-pub use rados::{ObjectIo, Watch};
+pub use rados::ObjectIo;
+pub use watch::{Watch, WATCH_TIMEOUT_S};
 
 pub type Handle = *mut c_void;
 

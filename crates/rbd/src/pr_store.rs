@@ -4,16 +4,27 @@
 //! the object, which every gateway's watch takes into its logical unit before acknowledging.
 //! Unit attentions for other gateways' nexuses (a PREEMPT's REGISTRATIONS PREEMPTED, a LOGICAL
 //! UNIT RESET's 29/03) travel the same way, as notices the sending gateway's own watch skips.
+//!
+//! The watches are the gateways' heartbeats: each gateway publishes its client address in
+//! `lanes.gw.IMAGE` once its watch is up, and its client pings the watch every half second.
+//! An OSD drops the watch of a gateway that stopped pinging (killed, paused, cut off from the
+//! cluster) after [`WATCH_TIMEOUT_S`] seconds. Every announcement must be acknowledged by
+//! every published gateway: one that did not (it timed out, or its watch was dropped) is
+//! blocklisted, and its address unpublished, before the announcement completes. So a change
+//! never waits longer than the watch timeout for a dead gateway, and a paused one can never
+//! land a write it held after what follows.
 
 use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 use scsi::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 
-use crate::ffi::{ObjectIo, Pool, Watch};
+use crate::ffi::{ObjectIo, Pool, Watch, WATCH_TIMEOUT_S};
 use crate::{Error, RbdSource};
 
 /// How long an announcement waits for every gateway's acknowledgement.
 const NOTIFY_TIMEOUT_MS: u64 = 10_000;
+/// What librados answers a blocklisted client.
+const ESHUTDOWN: i32 = 108;
 /// How often a broken watch is re-established before giving up (a second apart).
 const REWATCH_ATTEMPTS: u32 = 30;
 
@@ -32,6 +43,8 @@ struct Inner {
     /// `lanes.gw.IMAGE`: each gateway's client address under `client.GID`, so a gateway that
     /// stops answering can be fenced by address.
     gateways: ObjectIo,
+    /// This gateway's client: its global id (it never fences itself) and address.
+    gid: u64,
     watch: OnceLock<Watch>,
     on_change: RwLock<Option<PrChangeFn>>,
     on_notice: RwLock<Option<NoticeFn>>,
@@ -67,7 +80,12 @@ impl RadosPrStore {
         let conf = source.ceph_conf.display().to_string();
         let pool = match crate::device::client_of(source) {
             Some(pool) => pool,
-            None => Arc::new(Pool::connect(&conf, &source.client, &[], &source.pool)?),
+            None => Arc::new(Pool::connect(
+                &conf,
+                &source.client,
+                &crate::device::CLIENT_OPTIONS,
+                &source.pool,
+            )?),
         };
         let name = format!("{}/{}", source.pool, pr_object_name(&source.image));
         let object = ObjectIo::open(pool.clone(), &pr_object_name(&source.image))?;
@@ -75,20 +93,19 @@ impl RadosPrStore {
             .create()
             .map_err(|e| Error::Invalid(format!("creating {name}: {e}")))?;
         let gateways = ObjectIo::open(pool, &gateways_object_name(&source.image))?;
-        let published = gateways.create().and_then(|()| {
-            let (gid, addr) = gateways.client_identity()?;
-            gateways.set_xattr(&format!("client.{gid}"), &addr)
-        });
-        published.map_err(|e| {
+        let publishing = |e: std::io::Error| {
             Error::Invalid(format!(
                 "publishing this gateway's client address in {}/{}: {e}",
                 source.pool,
                 gateways_object_name(&source.image)
             ))
-        })?;
+        };
+        gateways.create().map_err(publishing)?;
+        let (gid, addr) = gateways.client_identity().map_err(publishing)?;
         let inner = Arc::new(Inner {
             object,
             gateways,
+            gid,
             watch: OnceLock::new(),
             on_change: RwLock::new(None),
             on_notice: RwLock::new(None),
@@ -111,6 +128,12 @@ impl RadosPrStore {
             }),
         )?;
         let _ = inner.watch.set(watch);
+        // Published only once the watch is up: from then on every announcement waits for
+        // this gateway's acknowledgement, or fences it.
+        inner
+            .gateways
+            .set_xattr(&format!("client.{gid}"), &addr)
+            .map_err(publishing)?;
         Ok(RadosPrStore { inner })
     }
 }
@@ -144,37 +167,53 @@ impl Inner {
         self.deliver(Some(state), version)
     }
 
-    /// Sends `payload` to every gateway's watch; a gateway that does not acknowledge in time
-    /// is fenced (its client blocklisted) before this returns, so whatever it still has in
-    /// flight can never land after what follows (the stale-write race of tcmu-runner issue
-    /// 420). An error when it could not be fenced.
+    /// Sends `payload` to every gateway's watch. Every published gateway that does not
+    /// acknowledge (it timed out, or the OSD dropped its silent watch) is fenced, its client
+    /// blocklisted and its address unpublished, before this returns, so whatever it still has
+    /// in flight can never land after what follows (the stale-write race of tcmu-runner issue
+    /// 420). An error when one could not be fenced.
     fn tell_all(&self, payload: &[u8]) -> std::io::Result<()> {
         let watch = self
             .watch
             .get()
             .ok_or_else(|| std::io::Error::other("no watch"))?;
-        let silent = watch.notify(payload, NOTIFY_TIMEOUT_MS)?;
-        if silent.is_empty() {
-            return Ok(());
+        let reply = watch.notify(payload, NOTIFY_TIMEOUT_MS)?;
+        let acked: Vec<u64> = reply.acked.iter().map(|(gid, _)| *gid).collect();
+        let published: Vec<(u64, String)> = self
+            .gateways
+            .xattrs("client.")?
+            .into_iter()
+            .filter_map(|(key, addr)| Some((key.strip_prefix("client.")?.parse().ok()?, addr)))
+            .collect();
+        for (gid, cookie) in &reply.timed_out {
+            if !published.iter().any(|(g, _)| g == gid) {
+                return Err(std::io::Error::other(format!(
+                    "client.{gid} (watch {cookie}) did not answer and has no address in {}: \
+                     cannot fence it",
+                    self.name
+                )));
+            }
         }
-        for (gid, cookie) in silent {
-            let addr = self
-                .gateways
-                .get_xattr(&format!("client.{gid}"))?
-                .ok_or_else(|| {
-                    std::io::Error::other(format!(
-                        "client.{gid} (watch {cookie}) did not answer and has no address in {}: \
-                         cannot fence it",
-                        self.name
-                    ))
-                })?;
+        for (gid, addr) in published {
+            if gid == self.gid || acked.contains(&gid) {
+                continue;
+            }
+            let how = if reply.timed_out.iter().any(|(g, _)| *g == gid) {
+                format!("did not answer within {NOTIFY_TIMEOUT_MS} ms")
+            } else {
+                format!(
+                    "lost its watch (silent for {WATCH_TIMEOUT_S} s: stopped, paused or cut off)"
+                )
+            };
             tracing::warn!(
                 object = %self.name,
-                "gateway client.{gid} at {addr} did not answer within {NOTIFY_TIMEOUT_MS} ms: \
-                 blocklisting it (ceph osd blocklist add {addr})"
+                "gateway client.{gid} at {addr} {how}: blocklisting it (ceph osd blocklist add {addr})"
             );
             self.object
                 .blocklist(&addr, std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS))?;
+            if let Err(e) = self.gateways.remove_xattr(&format!("client.{gid}")) {
+                tracing::warn!(object = %self.name, "unpublishing fenced client.{gid}: {e}");
+            }
         }
         Ok(())
     }
@@ -201,6 +240,14 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    /// A gateway that stops cleanly unpublishes itself: the next announcement does not fence
+    /// an address nobody uses any more.
+    fn drop(&mut self) {
+        let _ = self.gateways.remove_xattr(&format!("client.{}", self.gid));
+    }
+}
+
 /// Re-establishes a broken watch, then reloads the state (announcements may have been missed).
 fn rewatch(weak: &Weak<Inner>, err: i32) {
     for attempt in 0..REWATCH_ATTEMPTS {
@@ -216,6 +263,14 @@ fn rewatch(weak: &Weak<Inner>, err: i32) {
         match (watched, inner.load()) {
             (Some(Ok(())), Ok((text, version))) => {
                 let _ = inner.deliver(text.as_deref(), version);
+                return;
+            }
+            (Some(Err(Error::Call { errno, .. })), _) if errno == ESHUTDOWN => {
+                tracing::error!(
+                    "not re-watching {}: the cluster has blocklisted this gateway's client \
+                     (restart lanes serve to reconnect)",
+                    inner.name
+                );
                 return;
             }
             (Some(Err(e)), _) => tracing::warn!("re-watching {}: {e}", inner.name),

@@ -1,13 +1,13 @@
 //! One RADOS object: read with its version, replace it if its version is still the one read
-//! (compare-and-set), and watch/notify on it. Part of the `ffi` module: every call passes a
+//! (compare-and-set), its extended attributes, and commands to the monitors and OSDs (the
+//! blocklist); the symbols of the watch calls (`watch.rs`) are resolved here too. Part of the `ffi` module: every call passes a
 //! context this module created and keeps alive, an object name it NUL-terminated, and buffers
 //! whose length it passes alongside.
 
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{api, check, cstring, symbol, Handle, Pool};
+use super::{api, cstring, symbol, Handle, Pool};
 use crate::Error;
 
 type ReadFn = unsafe extern "C" fn(Handle, *const c_char, *mut c_char, usize, u64) -> c_int;
@@ -18,14 +18,15 @@ type AssertVersion = unsafe extern "C" fn(Handle, u64);
 type OpCreate = unsafe extern "C" fn(Handle, c_int, *const c_char);
 type OpWriteFull = unsafe extern "C" fn(Handle, *const c_char, usize);
 type OpOperate = unsafe extern "C" fn(Handle, Handle, *const c_char, *mut i64, c_int) -> c_int;
-type WatchCb = extern "C" fn(*mut c_void, u64, u64, u64, *mut c_void, usize);
-type WatchErrCb = extern "C" fn(*mut c_void, u64, c_int);
-type Watch2 = unsafe extern "C" fn(
+pub(super) type WatchCb = extern "C" fn(*mut c_void, u64, u64, u64, *mut c_void, usize);
+pub(super) type WatchErrCb = extern "C" fn(*mut c_void, u64, c_int);
+type Watch3 = unsafe extern "C" fn(
     Handle,
     *const c_char,
     *mut u64,
     WatchCb,
     WatchErrCb,
+    u32,
     *mut c_void,
 ) -> c_int;
 type Unwatch2 = unsafe extern "C" fn(Handle, u64) -> c_int;
@@ -71,11 +72,14 @@ type GetInstanceId = unsafe extern "C" fn(Handle) -> u64;
 type GetAddrs = unsafe extern "C" fn(Handle, *mut *mut c_char) -> c_int;
 type SetXattr =
     unsafe extern "C" fn(Handle, *const c_char, *const c_char, *const c_char, usize) -> c_int;
-type GetXattr =
-    unsafe extern "C" fn(Handle, *const c_char, *const c_char, *mut c_char, usize) -> c_int;
+type GetXattrs = unsafe extern "C" fn(Handle, *const c_char, *mut Handle) -> c_int;
+type GetXattrsNext =
+    unsafe extern "C" fn(Handle, *mut *const c_char, *mut *const c_char, *mut usize) -> c_int;
+type GetXattrsEnd = unsafe extern "C" fn(Handle);
+type RmXattr = unsafe extern "C" fn(Handle, *const c_char, *const c_char) -> c_int;
 
 /// The object calls of librados (resolved from the library [`api`] loaded).
-struct ObjApi {
+pub(super) struct ObjApi {
     read: ReadFn,
     last_version: LastVersion,
     create_op: CreateOp,
@@ -84,19 +88,22 @@ struct ObjApi {
     op_create: OpCreate,
     op_write_full: OpWriteFull,
     op_operate: OpOperate,
-    watch2: Watch2,
-    unwatch2: Unwatch2,
-    watch_flush: WatchFlush,
-    notify_ack: NotifyAck,
-    notify2: Notify2,
-    buffer_free: BufferFree,
+    pub(super) watch3: Watch3,
+    pub(super) unwatch2: Unwatch2,
+    pub(super) watch_flush: WatchFlush,
+    pub(super) notify_ack: NotifyAck,
+    pub(super) notify2: Notify2,
+    pub(super) buffer_free: BufferFree,
     mon_command: MonCommand,
     osd_command: OsdCommand,
     wait_for_latest_osdmap: WaitForLatestOsdmap,
     get_instance_id: GetInstanceId,
     getaddrs: GetAddrs,
     setxattr: SetXattr,
-    getxattr: GetXattr,
+    getxattrs: GetXattrs,
+    getxattrs_next: GetXattrsNext,
+    getxattrs_end: GetXattrsEnd,
+    rmxattr: RmXattr,
 }
 
 // Plain C functions, callable from any thread; the library is never unloaded.
@@ -120,7 +127,7 @@ fn obj_api() -> Result<&'static ObjApi, Error> {
                 op_create: symbol(l, "rados_write_op_create", r)?,
                 op_write_full: symbol(l, "rados_write_op_write_full", r)?,
                 op_operate: symbol(l, "rados_write_op_operate", r)?,
-                watch2: symbol(l, "rados_watch2", r)?,
+                watch3: symbol(l, "rados_watch3", r)?,
                 unwatch2: symbol(l, "rados_unwatch2", r)?,
                 watch_flush: symbol(l, "rados_watch_flush", r)?,
                 notify_ack: symbol(l, "rados_notify_ack", r)?,
@@ -132,7 +139,10 @@ fn obj_api() -> Result<&'static ObjApi, Error> {
                 get_instance_id: symbol(l, "rados_get_instance_id", r)?,
                 getaddrs: symbol(l, "rados_getaddrs", r)?,
                 setxattr: symbol(l, "rados_setxattr", r)?,
-                getxattr: symbol(l, "rados_getxattr", r)?,
+                getxattrs: symbol(l, "rados_getxattrs", r)?,
+                getxattrs_next: symbol(l, "rados_getxattrs_next", r)?,
+                getxattrs_end: symbol(l, "rados_getxattrs_end", r)?,
+                rmxattr: symbol(l, "rados_rmxattr", r)?,
             })
         })()
         .map_err(|e| e.to_string())
@@ -144,7 +154,7 @@ fn obj_api() -> Result<&'static ObjApi, Error> {
 }
 
 const ENOENT: c_int = 2;
-const ETIMEDOUT: c_int = 110;
+pub(super) const ETIMEDOUT: c_int = 110;
 const ENODATA: c_int = 61;
 const EEXIST: c_int = 17;
 const ERANGE: c_int = 34;
@@ -159,10 +169,10 @@ fn os_error(rc: c_int) -> std::io::Error {
 /// One object of a pool, with its own I/O context (whose "last version" only this value's
 /// calls, serialised by `io`, touch).
 pub struct ObjectIo {
-    api: &'static ObjApi,
-    pool: Arc<Pool>,
+    pub(super) api: &'static ObjApi,
+    pub(super) pool: Arc<Pool>,
     io: Mutex<Handle>,
-    oid: CString,
+    pub(super) oid: CString,
 }
 
 // The context is used under the mutex; librados contexts may move between threads.
@@ -292,27 +302,61 @@ impl ObjectIo {
         }
     }
 
-    /// Extended attribute `name` of the object, None when it has none of that name.
-    pub fn get_xattr(&self, name: &str) -> std::io::Result<Option<String>> {
+    /// Every extended attribute of the object whose name starts with `prefix`, with its value.
+    pub fn xattrs(&self, prefix: &str) -> std::io::Result<Vec<(String, String)>> {
+        let io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        let mut iter: Handle = std::ptr::null_mut();
+        // SAFETY: live context; NUL-terminated name; valid out pointer; the iterator is ended
+        // below on every path once created.
+        let rc = unsafe { (self.api.getxattrs)(*io, self.oid.as_ptr(), &mut iter) };
+        if rc < 0 {
+            return Err(os_error(rc));
+        }
+        let mut out = Vec::new();
+        let result = loop {
+            let (mut name, mut value, mut len) = (std::ptr::null(), std::ptr::null(), 0usize);
+            // SAFETY: the live iterator; valid out pointers; librados owns the strings, valid
+            // until the next call on the iterator (copied before it).
+            let rc = unsafe { (self.api.getxattrs_next)(iter, &mut name, &mut value, &mut len) };
+            if rc < 0 {
+                break Err(os_error(rc));
+            }
+            if name.is_null() {
+                break Ok(());
+            }
+            // SAFETY: as above: a NUL-terminated name and `len` bytes of value.
+            let (name, value) = unsafe {
+                let n = std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .into_owned();
+                let v = if value.is_null() {
+                    String::new()
+                } else {
+                    let b = std::slice::from_raw_parts(value as *const u8, len);
+                    String::from_utf8_lossy(b).into_owned()
+                };
+                (n, v)
+            };
+            if name.starts_with(prefix) {
+                out.push((name, value));
+            }
+        };
+        // SAFETY: the iterator created above, ended once.
+        unsafe { (self.api.getxattrs_end)(iter) };
+        result.map(|()| out)
+    }
+
+    /// Removes extended attribute `name` (none of that name is not an error).
+    pub fn remove_xattr(&self, name: &str) -> std::io::Result<()> {
         let io = self.io.lock().unwrap_or_else(|e| e.into_inner());
         let name = CString::new(name).map_err(|_| std::io::Error::other("xattr name"))?;
-        let mut buf = vec![0u8; 512];
-        // SAFETY: live context; NUL-terminated names; the buffer is writable for its length.
-        let n = unsafe {
-            (self.api.getxattr)(
-                *io,
-                self.oid.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n == -ENOENT || n == -ENODATA {
-            return Ok(None);
+        // SAFETY: live context; NUL-terminated names.
+        let rc = unsafe { (self.api.rmxattr)(*io, self.oid.as_ptr(), name.as_ptr()) };
+        match rc {
+            0.. => Ok(()),
+            rc if rc == -ENOENT || rc == -ENODATA => Ok(()),
+            rc => Err(os_error(rc)),
         }
-        let n = usize::try_from(n).map_err(|_| os_error(n))?;
-        buf.truncate(n);
-        Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
     }
 
     /// `ceph osd blocklist add ADDR` through the monitors; then this client takes the OSD
@@ -428,183 +472,6 @@ impl Drop for ObjectIo {
     }
 }
 
-/// Called with a notification's payload; the notification is acknowledged when it returns
-/// true (a watcher that does not acknowledge makes the notifier's call time out).
-pub type OnNotify = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
-/// Called with the (negative) error that broke a watch.
-pub type OnError = Box<dyn Fn(i32) + Send + Sync>;
-
-/// What a watch calls: with each notification's payload (the notification is acknowledged
-/// when it returns), and with the error that broke the watch.
-struct WatchCtx {
-    api: &'static ObjApi,
-    io: Handle,
-    oid: CString,
-    on_notify: OnNotify,
-    on_error: OnError,
-}
-
-extern "C" fn watch_cb(
-    arg: *mut c_void,
-    notify_id: u64,
-    cookie: u64,
-    _notifier: u64,
-    data: *mut c_void,
-    len: usize,
-) {
-    // SAFETY: `arg` is the WatchCtx given to rados_watch2; it is freed only after
-    // rados_unwatch2 and rados_watch_flush, so it outlives every callback.
-    let ctx = unsafe { &*(arg as *const WatchCtx) };
-    let payload: &[u8] = if data.is_null() || len == 0 {
-        &[]
-    } else {
-        // SAFETY: librados passes the payload and its length, valid during the callback.
-        unsafe { std::slice::from_raw_parts(data as *const u8, len) }
-    };
-    // A panic must not unwind into librados: it is caught, and the notification acknowledged.
-    let ack = catch_unwind(AssertUnwindSafe(|| (ctx.on_notify)(payload))).unwrap_or(true);
-    if !ack {
-        return;
-    }
-    // SAFETY: the watch's live context and NUL-terminated name; no reply payload.
-    unsafe {
-        (ctx.api.notify_ack)(
-            ctx.io,
-            ctx.oid.as_ptr(),
-            notify_id,
-            cookie,
-            std::ptr::null(),
-            0,
-        );
-    }
-}
-
-extern "C" fn watch_err_cb(arg: *mut c_void, _cookie: u64, err: c_int) {
-    // SAFETY: as in `watch_cb`.
-    let ctx = unsafe { &*(arg as *const WatchCtx) };
-    let _ = catch_unwind(AssertUnwindSafe(|| (ctx.on_error)(err)));
-}
-
-/// A watch on an object, with its own I/O context; unwatched when dropped.
-pub struct Watch {
-    api: &'static ObjApi,
-    pool: Arc<Pool>,
-    ctx: *mut WatchCtx,
-    cookie: Mutex<u64>,
-}
-
-// The context pointer is only read by librados callbacks and freed in Drop.
-unsafe impl Send for Watch {}
-unsafe impl Sync for Watch {}
-
-impl Watch {
-    pub fn new(obj: &ObjectIo, on_notify: OnNotify, on_error: OnError) -> Result<Watch, Error> {
-        let io = obj.pool.new_ioctx()?;
-        let ctx = Box::into_raw(Box::new(WatchCtx {
-            api: obj.api,
-            io,
-            oid: obj.oid.clone(),
-            on_notify,
-            on_error,
-        }));
-        let watch = Watch {
-            api: obj.api,
-            pool: obj.pool.clone(),
-            ctx,
-            cookie: Mutex::new(0),
-        };
-        watch.rewatch()?;
-        Ok(watch)
-    }
-
-    /// (Re-)establishes the watch, dropping the old one if any.
-    pub fn rewatch(&self) -> Result<(), Error> {
-        let mut cookie = self.cookie.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: `ctx` lives until Drop, which needs `&mut self` (no call is running).
-        let ctx = unsafe { &*self.ctx };
-        if *cookie != 0 {
-            // SAFETY: live context; a cookie rados_watch2 returned (an already broken watch
-            // is an error that changes nothing).
-            unsafe { (self.api.unwatch2)(ctx.io, *cookie) };
-            *cookie = 0;
-        }
-        let mut new = 0u64;
-        // SAFETY: live context; NUL-terminated name; valid out pointer; `ctx` stays alive
-        // until after rados_unwatch2 and rados_watch_flush in Drop.
-        let rc = unsafe {
-            (self.api.watch2)(
-                ctx.io,
-                ctx.oid.as_ptr(),
-                &mut new,
-                watch_cb,
-                watch_err_cb,
-                self.ctx.cast(),
-            )
-        };
-        check(rc, "rados_watch2", &ctx.oid.to_string_lossy())?;
-        *cookie = new;
-        Ok(())
-    }
-
-    /// Notifies every watcher (this one included) and waits for their acknowledgements, at
-    /// most `timeout_ms`; returns the (gid, cookie) of the watchers that did not acknowledge
-    /// in time (empty when all did).
-    pub fn notify(&self, payload: &[u8], timeout_ms: u64) -> std::io::Result<Vec<(u64, u64)>> {
-        // SAFETY: see `rewatch`.
-        let ctx = unsafe { &*self.ctx };
-        let len = c_int::try_from(payload.len())
-            .map_err(|_| std::io::Error::other("notification too large"))?;
-        let mut reply: *mut c_char = std::ptr::null_mut();
-        let mut reply_len = 0usize;
-        // SAFETY: live context; NUL-terminated name; the payload is readable for `len`;
-        // valid out pointers; the reply buffer is freed below.
-        let rc = unsafe {
-            let rc = (self.api.notify2)(
-                ctx.io,
-                ctx.oid.as_ptr(),
-                payload.as_ptr().cast(),
-                len,
-                timeout_ms,
-                &mut reply,
-                &mut reply_len,
-            );
-            let timeouts = if reply.is_null() {
-                None
-            } else {
-                let r = std::slice::from_raw_parts(reply as *const u8, reply_len);
-                let t = notify_timeouts(r);
-                (self.api.buffer_free)(reply);
-                t
-            };
-            (rc, timeouts)
-        };
-        let (rc, timeouts) = rc;
-        match (rc, timeouts) {
-            (0.., _) => Ok(Vec::new()),
-            (rc, Some(t)) if rc == -ETIMEDOUT && !t.is_empty() => Ok(t),
-            (rc, _) => Err(os_error(rc)),
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let cookie = *self.cookie.get_mut().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the watch is removed and every callback already queued has run (flush)
-        // before the context is freed; the context was made by Box::into_raw in `new` and
-        // is freed once, here, with its I/O context, before the pool (held by `pool`).
-        unsafe {
-            let io = (*self.ctx).io;
-            if cookie != 0 {
-                (self.api.unwatch2)(io, cookie);
-            }
-            (self.api.watch_flush)(self.pool.cluster);
-            (self.pool.api.ioctx_destroy)(io);
-            drop(Box::from_raw(self.ctx));
-        }
-    }
-}
-
 /// The number after `"KEY":` in JSON text (the first one).
 fn json_number(json: &str, key: &str) -> Option<u64> {
     let at = json.find(&format!("\"{key}\":"))? + key.len() + 3;
@@ -652,56 +519,9 @@ pub fn client_addr(text: &str) -> String {
         .to_string()
 }
 
-/// The watchers that timed out, from a notify reply: `le32 acks, {le64 gid, le64 cookie, le32
-/// len, len bytes} * acks, le32 timeouts, {le64 gid, le64 cookie} * timeouts`. None when the
-/// reply does not parse.
-pub fn notify_timeouts(reply: &[u8]) -> Option<Vec<(u64, u64)>> {
-    let mut at = 0usize;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = reply.get(at..at.checked_add(n)?)?;
-        at += n;
-        Some(s)
-    };
-    let u32_of = |b: &[u8]| b.try_into().ok().map(u32::from_le_bytes);
-    let u64_of = |b: &[u8]| b.try_into().ok().map(u64::from_le_bytes);
-    let acks = u32_of(take(4)?)?;
-    for _ in 0..acks {
-        take(16)?;
-        let len = u32_of(take(4)?)? as usize;
-        take(len)?;
-    }
-    let timeouts = u32_of(take(4)?)?;
-    let mut out = Vec::new();
-    for _ in 0..timeouts {
-        let gid = u64_of(take(8)?)?;
-        let cookie = u64_of(take(8)?)?;
-        out.push((gid, cookie));
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn notify_replies_name_the_watchers_that_timed_out() {
-        let mut r = Vec::new();
-        r.extend_from_slice(&2u32.to_le_bytes());
-        for (gid, cookie, payload) in [(4100u64, 1u64, &b"ok"[..]), (4101, 2, &b""[..])] {
-            r.extend_from_slice(&gid.to_le_bytes());
-            r.extend_from_slice(&cookie.to_le_bytes());
-            r.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            r.extend_from_slice(payload);
-        }
-        r.extend_from_slice(&1u32.to_le_bytes());
-        r.extend_from_slice(&4102u64.to_le_bytes());
-        r.extend_from_slice(&93_000_000u64.to_le_bytes());
-        assert_eq!(notify_timeouts(&r), Some(vec![(4102, 93_000_000)]));
-        assert_eq!(notify_timeouts(&r[..r.len() - 1]), None, "truncated");
-        assert_eq!(notify_timeouts(&[0, 0, 0, 0, 0, 0, 0, 0]), Some(vec![]));
-        assert_eq!(notify_timeouts(&[]), None);
-    }
 
     #[test]
     fn osd_dumps_give_the_epoch_and_the_osds_up() {
