@@ -144,6 +144,8 @@ impl RbdDevice {
             &source.pool,
         )?);
         register_client(source, &pool);
+        // The client's flag: a blocklisting the reservation store notices fences I/O too.
+        let fenced = pool.fenced().clone();
         let image = Image::open(pool, &source.image)?;
         let features = image.features()?;
         if features & EXCLUSIVE_LOCK != 0 {
@@ -154,7 +156,6 @@ impl RbdDevice {
         }
         let size = image.size()?;
         let id = image.id()?;
-        let fenced = Arc::new(AtomicBool::new(false));
         let on_error: OnError = {
             let (fenced, id) = (fenced.clone(), id.clone());
             Arc::new(move |e| noticing_blocklisting(&fenced, &id, e))

@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use libloading::Library;
 
@@ -155,6 +155,9 @@ pub struct Pool {
     ioctx: Handle,
     /// The pool's name (more I/O contexts on it are made from this).
     name: CString,
+    /// Set once the cluster refused this client as blocklisted (its image and its watches
+    /// alike: one client per gateway and image).
+    fenced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // librados handles may be used from any thread.
@@ -183,6 +186,7 @@ impl Pool {
             cluster,
             ioctx: std::ptr::null_mut(),
             name: cstring(pool, "pool name")?,
+            fenced: Arc::default(),
         };
         let path = cstring(conf, "Ceph configuration path")?;
         // SAFETY: `cluster` was created above and is not shut down yet.
@@ -204,6 +208,11 @@ impl Pool {
         check(unsafe { (api.connect)(me.cluster) }, "rados_connect", conf)?;
         me.ioctx = me.new_ioctx()?;
         Ok(me)
+    }
+
+    /// The client's fenced flag, shared by everything that uses the client.
+    pub fn fenced(&self) -> &Arc<std::sync::atomic::AtomicBool> {
+        &self.fenced
     }
 
     /// Another I/O context on the pool (the caller destroys it, before the pool drops).

@@ -218,6 +218,16 @@ impl Inner {
         Ok(())
     }
 
+    /// A result of this client's: a blocklisting fences the client (its image's I/O too).
+    fn noticing<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            if e.raw_os_error() == Some(ESHUTDOWN) {
+                self.object.mark_fenced();
+            }
+        }
+        r
+    }
+
     /// Hands a new state to the logical unit; whether to acknowledge it (false: a change that
     /// took access away while commands here did not end in time).
     fn deliver(&self, text: Option<&str>, version: u64) -> bool {
@@ -229,7 +239,7 @@ impl Inner {
     }
 
     fn load(&self) -> std::io::Result<(Option<String>, u64)> {
-        let (bytes, version) = self.object.read()?;
+        let (bytes, version) = self.noticing(self.object.read())?;
         let text = match bytes {
             Some(b) if !b.is_empty() => Some(String::from_utf8(b).map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, "state is not UTF-8")
@@ -266,6 +276,7 @@ fn rewatch(weak: &Weak<Inner>, err: i32) {
                 return;
             }
             (Some(Err(Error::Call { errno, .. })), _) if errno == ESHUTDOWN => {
+                inner.object.mark_fenced();
                 tracing::error!(
                     "not re-watching {}: the cluster has blocklisted this gateway's client \
                      (restart lanes serve to reconnect)",
@@ -291,7 +302,10 @@ impl PrStore for RadosPrStore {
 
     fn store_if(&self, version: u64, text: &str) -> std::io::Result<StoreResult> {
         Ok(
-            match self.inner.object.write_full_if(version, text.as_bytes())? {
+            match self
+                .inner
+                .noticing(self.inner.object.write_full_if(version, text.as_bytes()))?
+            {
                 Some(v) => StoreResult::Stored(v),
                 None => StoreResult::Conflict,
             },

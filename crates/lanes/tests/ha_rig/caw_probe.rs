@@ -18,34 +18,43 @@ pub const LBA: u64 = 4000;
 const BOUND: Duration = Duration::from_secs(4);
 
 /// What one COMPARE AND WRITE came back with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
     Written,
     Miscompare,
-    Other,
+    /// Anything else, described.
+    Other(String),
 }
 
 /// The racers' state across the campaign.
-#[derive(Default)]
 pub struct CawProbe {
     /// The value the block holds (a round counter tagged with the winner), 0 = never written.
     current: u64,
     pub rounds: u64,
+    /// The LUN's logical block size (one block per COMPARE AND WRITE).
+    block: usize,
 }
 
-fn value_block(v: u64) -> Bytes {
-    let mut b = vec![0u8; BS];
+impl Default for CawProbe {
+    /// The pair's LUN: 4 KiB blocks.
+    fn default() -> CawProbe {
+        CawProbe::with_block_size(BS)
+    }
+}
+
+fn value_block(v: u64, len: usize) -> Bytes {
+    let mut b = vec![0u8; len];
     for chunk in b.chunks_exact_mut(8) {
         chunk.copy_from_slice(&v.to_le_bytes());
     }
     Bytes::from(b)
 }
 
-async fn login(portal: &str) -> Result<Session, String> {
+async fn login(portal: &str, target: &str) -> Result<Session, String> {
     let addr: SocketAddr = portal.parse().unwrap();
     match tokio::time::timeout(
         BOUND,
-        Session::login(addr, TARGET, &LoginOptions::new(RACER)),
+        Session::login(addr, target, &LoginOptions::new(RACER)),
     )
     .await
     {
@@ -55,28 +64,36 @@ async fn login(portal: &str) -> Result<Session, String> {
     }
 }
 
-async fn compare_and_write(s: &Session, expect: u64, new: u64) -> Outcome {
+async fn compare_and_write(s: &Session, block: usize, expect: u64, new: u64) -> Outcome {
     let mut cdb = [0u8; 16];
     cdb[0] = 0x89;
     cdb[2..10].copy_from_slice(&LBA.to_be_bytes());
     cdb[13] = 1;
-    let mut data = Vec::with_capacity(2 * BS);
-    data.extend_from_slice(&value_block(expect));
-    data.extend_from_slice(&value_block(new));
+    let mut data = Vec::with_capacity(2 * block);
+    data.extend_from_slice(&value_block(expect, block));
+    data.extend_from_slice(&value_block(new, block));
     for _ in 0..8 {
         let r = tokio::time::timeout(BOUND, s.execute(cdb, 0, Some(Bytes::from(data.clone()))));
         let o = match r.await {
             Ok(Ok(o)) => o,
-            _ => return Outcome::Other,
+            Ok(Err(e)) => return Outcome::Other(e.to_string()),
+            Err(_) => return Outcome::Other("timed out".into()),
         };
         match (o.response, o.status, o.sense_triplet().map(|t| t.0)) {
             (0, 0, _) => return Outcome::Written,
             (0, 2, Some(6)) => continue, // unit attention: reported once, send again
             (0, 2, Some(0x0E)) => return Outcome::Miscompare,
-            _ => return Outcome::Other,
+            _ => {
+                return Outcome::Other(format!(
+                    "response {} status {} sense {:?}",
+                    o.response,
+                    o.status,
+                    o.sense_triplet()
+                ))
+            }
         }
     }
-    Outcome::Other
+    Outcome::Other("unit attentions without end".into())
 }
 
 async fn read_value(s: &Session) -> Result<u64, String> {
@@ -101,10 +118,31 @@ async fn read_value(s: &Session) -> Result<u64, String> {
 }
 
 impl CawProbe {
+    /// Racers on a LUN of `block`-byte logical blocks.
+    pub fn with_block_size(block: usize) -> CawProbe {
+        CawProbe {
+            current: 0,
+            rounds: 0,
+            block,
+        }
+    }
+
     /// `rounds` races through a portal of each node (both Paired); `Err` names a violation.
     pub async fn race(&mut self, seed: usize, rounds: u64) -> Result<(), String> {
-        let a = login(PORTALS[seed % 2].0).await?;
-        let b = login(PORTALS[2 + (seed / 2) % 2].0).await?;
+        let (a, b) = (PORTALS[seed % 2].0, PORTALS[2 + (seed / 2) % 2].0);
+        self.race_between(a, b, TARGET, rounds).await
+    }
+
+    /// `rounds` races through portals `a` and `b` (of two nodes or gateways) of `target`.
+    pub async fn race_between(
+        &mut self,
+        a: &str,
+        b: &str,
+        target: &str,
+        rounds: u64,
+    ) -> Result<(), String> {
+        let a = login(a, target).await?;
+        let b = login(b, target).await?;
         let result = self.rounds_on(&a, &b, rounds).await;
         for s in [a, b] {
             let _ = tokio::time::timeout(BOUND, s.logout()).await;
@@ -118,15 +156,15 @@ impl CawProbe {
             let r = self.rounds;
             let (va, vb) = (r << 1, (r << 1) | 1);
             let (oa, ob) = tokio::join!(
-                compare_and_write(a, self.current, va),
-                compare_and_write(b, self.current, vb)
+                compare_and_write(a, self.block, self.current, va),
+                compare_and_write(b, self.block, self.current, vb)
             );
             let won = match (oa, ob) {
                 (Outcome::Written, Outcome::Miscompare) => va,
                 (Outcome::Miscompare, Outcome::Written) => vb,
                 (Outcome::Written, Outcome::Written) => {
                     return Err(format!(
-                        "round {r}: COMPARE AND WRITE won through node 1 and node 2 alike"
+                        "round {r}: COMPARE AND WRITE won through both portals alike"
                     ))
                 }
                 other => {
@@ -135,11 +173,11 @@ impl CawProbe {
                     ))
                 }
             };
-            for (node, s) in [(1, a), (2, b)] {
+            for (side, s) in [("first", a), ("second", b)] {
                 let seen = read_value(s).await?;
                 if seen != won {
                     return Err(format!(
-                        "round {r}: node {node} reads {seen:#x}, the winner wrote {won:#x}"
+                        "round {r}: the {side} portal reads {seen:#x}, the winner wrote {won:#x}"
                     ));
                 }
             }

@@ -28,8 +28,12 @@ const ISID: [u8; 6] = [0x80, 0x00, 0x00, 0x00, 0x0a, 0x11];
 const BOUND: Duration = Duration::from_secs(4);
 
 /// What the checker expects of the shared reservation state.
-#[derive(Default)]
 pub struct PrProbe {
+    /// The portals it reads through, each with the relative target port id of its path.
+    portals: Vec<(String, u16)>,
+    target: String,
+    /// How long a change may take before it counts as unanswered.
+    change_bound: Duration,
     /// Per relative target port (= per I_T nexus of the checker): the keys it may hold. One
     /// entry after a GOOD; more while a change's outcome is unknown.
     candidates: BTreeMap<u16, Vec<u64>>,
@@ -37,13 +41,26 @@ pub struct PrProbe {
     pub unanswered: u64,
 }
 
-async fn login(portal: &str) -> Result<Session, String> {
+impl Default for PrProbe {
+    /// The pair's four portals.
+    fn default() -> PrProbe {
+        PrProbe::new(
+            PORTALS
+                .iter()
+                .map(|(p, port)| (p.to_string(), *port))
+                .collect(),
+            TARGET,
+        )
+    }
+}
+
+async fn login(portal: &str, target: &str) -> Result<Session, String> {
     let addr: SocketAddr = portal.parse().unwrap();
     match tokio::time::timeout(
         BOUND,
         Session::login(
             addr,
-            TARGET,
+            target,
             &LoginOptions {
                 isid: ISID,
                 ..LoginOptions::new(CHECKER)
@@ -64,9 +81,10 @@ async fn run(
     cdb: [u8; 16],
     read_len: u32,
     out: Option<Bytes>,
+    bound: Duration,
 ) -> Result<ScsiOutcome, String> {
     for _ in 0..8 {
-        let r = tokio::time::timeout(BOUND, s.execute(cdb, read_len, out.clone())).await;
+        let r = tokio::time::timeout(bound, s.execute(cdb, read_len, out.clone())).await;
         let o = match r {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => return Err(e.to_string()),
@@ -81,14 +99,14 @@ async fn run(
 }
 
 /// PERSISTENT RESERVE OUT, REGISTER AND IGNORE EXISTING KEY with `key`.
-async fn register(s: &Session, key: u64) -> Result<(), String> {
+async fn register(s: &Session, key: u64, bound: Duration) -> Result<(), String> {
     let mut cdb = [0u8; 16];
     cdb[0] = 0x5F;
     cdb[1] = 0x06;
     cdb[8] = 24;
     let mut params = vec![0u8; 24];
     params[8..16].copy_from_slice(&key.to_be_bytes());
-    let o = run(s, cdb, 0, Some(Bytes::from(params))).await?;
+    let o = run(s, cdb, 0, Some(Bytes::from(params)), bound).await?;
     if o.response != 0 || o.status != 0 {
         return Err(format!(
             "status {:#x} sense {:?}",
@@ -104,7 +122,7 @@ async fn read_keys(s: &Session) -> Result<(u32, Vec<u64>), String> {
     let mut cdb = [0u8; 16];
     cdb[0] = 0x5E;
     cdb[7] = 0x10; // 4096 bytes
-    let o = run(s, cdb, 4096, None).await?;
+    let o = run(s, cdb, 4096, None, BOUND).await?;
     if o.status != 0 || o.data.len() < 8 {
         return Err(format!(
             "status {:#x} sense {:?}",
@@ -124,14 +142,34 @@ async fn read_keys(s: &Session) -> Result<(u32, Vec<u64>), String> {
 }
 
 impl PrProbe {
-    /// Registers `key` for the checker's nexus through portal `index` of [`PORTALS`], in a
+    /// A checker reading through `portals` (address, relative target port id) of `target`.
+    pub fn new(portals: Vec<(String, u16)>, target: &str) -> PrProbe {
+        PrProbe {
+            portals,
+            target: target.to_string(),
+            change_bound: BOUND,
+            candidates: BTreeMap::new(),
+            changes: 0,
+            unanswered: 0,
+        }
+    }
+
+    /// Changes may take up to `bound` (a change that waits out a silent peer) before they
+    /// count as unanswered. (The pair's campaign keeps the default.)
+    #[allow(dead_code)]
+    pub fn with_change_bound(mut self, bound: Duration) -> PrProbe {
+        self.change_bound = bound;
+        self
+    }
+
+    /// Registers `key` for the checker's nexus through portal `index` of its portals, in a
     /// session of its own, bounded; records the outcome. Runs on the host runtime.
     pub async fn change(&mut self, index: usize, key: u64) {
-        let (portal, port) = PORTALS[index];
+        let (portal, port) = self.portals[index].clone();
         self.changes += 1;
-        let result = match login(portal).await {
+        let result = match login(&portal, &self.target).await {
             Ok(s) => {
-                let r = register(&s, key).await;
+                let r = register(&s, key, self.change_bound).await;
                 let _ = tokio::time::timeout(BOUND, s.logout()).await;
                 r
             }
@@ -156,8 +194,8 @@ impl PrProbe {
     /// Reads the registrations through every path; `Err` names the difference.
     pub async fn check(&mut self) -> Result<(), String> {
         let mut views = Vec::new();
-        for (portal, _) in PORTALS {
-            let s = login(portal).await?;
+        for (portal, _) in &self.portals {
+            let s = login(portal, &self.target).await?;
             let keys = read_keys(&s).await.map_err(|e| format!("{portal}: {e}"))?;
             let _ = tokio::time::timeout(BOUND, s.logout()).await;
             views.push((portal, keys));

@@ -250,6 +250,21 @@ impl ObjectIo {
         }
     }
 
+    /// Records that the cluster refused this object's client as blocklisted.
+    pub fn mark_fenced(&self) {
+        if !self
+            .pool
+            .fenced()
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            tracing::error!(
+                object = %self.oid.to_string_lossy(),
+                "the Ceph cluster has blocklisted this gateway's client: I/O refused, hosts \
+                 are sent to other paths; restart lanes serve to reconnect"
+            );
+        }
+    }
+
     /// Creates the object empty unless it exists (a watch needs it).
     pub fn create(&self) -> std::io::Result<()> {
         self.write_full_if(0, b"").map(|_| ())

@@ -1,0 +1,527 @@
+//! The HA pair's fault campaign, on RBD gateways: three `lanes serve` gateways over one image
+//! of a real Ceph cluster (Debian's packages, on a loopback address of the test's own), each
+//! its own portal group on 127.0.0.1, and `lanes attach`'s multipath device over the three
+//! paths under a 4 KiB write+read load. Faults one after another, each healed before the next:
+//! kill -9 of a gateway (restarted on the same portal), SIGSTOP of a gateway (short: resumed
+//! before its watch times out; long: past it, so the next reset or reservation change fences
+//! it), and a gateway cut from the host (its portal black-holed with nftables, both ways). A
+//! gateway that the cluster fenced (its port group unavailable) is restarted as part of the
+//! heal, as a service manager would.
+//!
+//! The oracle is the pair's (ha_rig/oracle.rs): every read against the writes acknowledged
+//! before it began (no lost write, no stale read, no torn or misplaced block); no request may
+//! fail. While each fault holds, a second host registers a reservation key through a gateway
+//! the fault spares (ha_rig/pr_probe.rs): after each heal every gateway reports the same
+//! registrations. After each heal a third host races COMPARE AND WRITEs through two gateways
+//! (ha_rig/caw_probe.rs): exactly one winner per round. At the end every block reads back as
+//! last acknowledged.
+//!
+//! `LANES_RBD_FAULTS` sets the number of faults (default 30: the test command); the campaign
+//! script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
+//! loopback: the cluster's own address and 127.0.0.1.
+
+// The pair's own entry point (`race`, through its nodes' portals) is not used here.
+#[allow(dead_code)]
+#[path = "ha_rig/caw_probe.rs"]
+mod caw_probe;
+#[path = "ha_rig/oracle.rs"]
+mod oracle;
+#[path = "ha_rig/pr_probe.rs"]
+mod pr_probe;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caw_probe::CawProbe;
+use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
+use lanes_initiator::{LoginOptions, Multipath};
+use lanes_test_support::ceph::Cluster;
+use lanes_test_support::serve::{ServeChild, ServeCommand, Signal};
+use oracle::Slot;
+use pr_probe::PrProbe;
+
+/// The target every gateway exports (the probes log in to it).
+const TARGET: &str = "iqn.2026-11.io.lanes:rbd-faults";
+const BS: usize = 4096;
+const GATEWAYS: usize = 3;
+const WORKERS: u64 = 6;
+const SLOTS: u64 = 64;
+/// How long a fault holds before it is healed (a short pause is resumed after this).
+const HOLD: Duration = Duration::from_millis(1500);
+/// A long pause: past the gateways' 5 s watch timeout.
+const LONG_PAUSE: Duration = Duration::from_secs(7);
+/// Bound for the host's paths to be back after a fault is healed.
+const HEAL: Duration = Duration::from_secs(60);
+/// COMPARE AND WRITE rounds raced through two gateways after each fault.
+const CAW_ROUNDS: u64 = 5;
+
+/// A deterministic byte pattern (the oracle's blocks are made of it).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Kill(usize),
+    Pause(usize),
+    LongPause(usize),
+    HostCut(usize),
+}
+
+impl Fault {
+    /// Kinds in turn; the gateway hit moves on each round of kinds.
+    fn nth(i: usize) -> Fault {
+        let g = (i / 4 + i) % GATEWAYS;
+        match i % 4 {
+            0 => Fault::Kill(g),
+            1 => Fault::HostCut(g),
+            2 => Fault::Pause(g),
+            _ => Fault::LongPause(g),
+        }
+    }
+
+    fn gateway(self) -> usize {
+        match self {
+            Fault::Kill(g) | Fault::Pause(g) | Fault::LongPause(g) | Fault::HostCut(g) => g,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill(_) => "kill -9",
+            Fault::Pause(_) => "SIGSTOP 1.5 s",
+            Fault::LongPause(_) => "SIGSTOP 7 s (past the watch)",
+            Fault::HostCut(_) => "cut from the host",
+        }
+    }
+}
+
+/// One gateway: its portal (kept across restarts) and its process.
+struct Gateway {
+    port: u16,
+    config: PathBuf,
+    serve: Option<ServeChild>,
+    /// The address of its Ceph client (as `ceph osd blocklist` lists it).
+    client: String,
+}
+
+/// The clients watching the image's reservation object.
+fn watchers(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .rados(&["-p", "rbd", "listwatchers", "lanes.pr.faults"])
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("watcher="))
+        .map(str::to_string)
+        .collect()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().unwrap().port()
+}
+
+impl Gateway {
+    fn new(cluster: &Cluster, dir: &Path, n: usize, spec: &str) -> Gateway {
+        let (pool, image) = spec.split_once('/').unwrap();
+        let port = free_port();
+        let home = dir.join(format!("gw{n}"));
+        std::fs::create_dir_all(&home).unwrap();
+        let config = home.join("lanes.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\ndata-dir = \"{}\"\n\n[[portal-group]]\ntag = {tag}\nportals = [\"127.0.0.1:{port}\"]\n\n\
+                 [[target]]\nname = \"{TARGET}\"\n\n[[target.lun]]\nlun = 0\nbackend = \"rbd\"\n\
+                 pool = \"{pool}\"\nimage = \"{image}\"\nceph-conf = \"{}\"\n",
+                home.join("data").display(),
+                cluster.conf.display(),
+                tag = n + 1,
+            ),
+        )
+        .unwrap();
+        let mut g = Gateway {
+            port,
+            config,
+            serve: None,
+            client: String::new(),
+        };
+        g.start(cluster);
+        g
+    }
+
+    /// Starts it and learns its client's address: the watcher that was not there before.
+    fn start(&mut self, cluster: &Cluster) {
+        let before = watchers(cluster);
+        self.serve = Some(
+            ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
+                .arg("--config")
+                .arg(&self.config)
+                .inherit_stderr()
+                .start(),
+        );
+        let new: Vec<String> = watchers(cluster)
+            .into_iter()
+            .filter(|w| !before.contains(w))
+            .collect();
+        assert_eq!(new.len(), 1, "one new watcher per gateway start: {new:?}");
+        self.client = new[0].clone();
+    }
+
+    fn portal(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn serve(&self) -> &ServeChild {
+        self.serve.as_ref().expect("running")
+    }
+}
+
+/// An nftables table of the test's own that black-holes chosen portals, both ways; removed
+/// on drop.
+struct Blackhole {
+    table: String,
+}
+
+fn nft(script: &str) {
+    let out = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(script.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("nft (the nftables package)");
+    assert!(
+        out.status.success(),
+        "nft {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Blackhole {
+    fn new() -> Blackhole {
+        let table = format!("lanes_rbdf_{}", std::process::id());
+        nft(&format!(
+            "table inet {table} {{\n chain out {{ type filter hook output priority 0; }}\n}}\n"
+        ));
+        Blackhole { table }
+    }
+
+    fn cut(&self, port: u16) {
+        let t = &self.table;
+        nft(&format!(
+            "add rule inet {t} out ip daddr 127.0.0.1 tcp dport {port} drop\n\
+             add rule inet {t} out ip saddr 127.0.0.1 tcp sport {port} drop\n"
+        ));
+    }
+
+    fn restore(&self) {
+        nft(&format!("flush chain inet {} out\n", self.table));
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+struct Load {
+    stop: AtomicBool,
+    errors: AtomicU64,
+    done: AtomicU64,
+    worst: Mutex<Duration>,
+    violations: Mutex<Vec<String>>,
+    slots: Mutex<Vec<Slot>>,
+}
+
+impl Load {
+    fn new() -> Load {
+        Load {
+            stop: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            worst: Mutex::new(Duration::ZERO),
+            violations: Mutex::new(Vec::new()),
+            slots: Mutex::new(vec![Slot::default(); (WORKERS * SLOTS) as usize]),
+        }
+    }
+
+    /// One worker: writes 2 of 3 requests to its own slots, reads the third and checks it.
+    async fn worker(self: Arc<Self>, mp: Arc<Multipath>, w: u64) {
+        let mut v = 0u64;
+        while !self.stop.load(Ordering::Relaxed) {
+            v += 1;
+            let slot = (w * SLOTS + v * 7 % SLOTS) as usize;
+            let offset = slot as u64 * BS as u64;
+            let start = Instant::now();
+            if !v.is_multiple_of(3) {
+                match mp
+                    .write(offset, Bytes::from(oracle::block(offset, w, v)), false)
+                    .await
+                {
+                    Ok(()) => self.slots.lock().unwrap()[slot].acknowledged(v),
+                    Err(e) => {
+                        eprintln!("worker {w}: write at {offset}: {e}");
+                        self.errors.fetch_add(1, Ordering::Relaxed);
+                        self.slots.lock().unwrap()[slot].maybe = Some(v);
+                    }
+                }
+            } else {
+                let expected = self.slots.lock().unwrap()[slot];
+                match mp.read(offset, BS as u32).await {
+                    Ok(got) => {
+                        let checked = oracle::decode(&got, offset)
+                            .and_then(|seen| expected.check(&seen, w, offset));
+                        if let Err(why) = checked {
+                            self.violations.lock().unwrap().push(why);
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("worker {w}: read at {offset}: {e}");
+                        self.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            let took = start.elapsed();
+            let mut m = self.worst.lock().unwrap();
+            *m = (*m).max(took);
+            drop(m);
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits (bounded) until `n` more requests completed.
+    fn progress(&self, n: u64, what: &str) {
+        let start = self.done.load(Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.done.load(Ordering::Relaxed) < start + n {
+            assert!(Instant::now() < deadline, "no progress: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn faults_under_load_lose_no_acknowledged_write() {
+    let faults: usize = std::env::var("LANES_RBD_FAULTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let cluster = Cluster::start(2);
+    let spec = cluster.image("faults", "64M");
+    // The reservation object exists before the first gateway (which would create it), so
+    // its watchers can be listed from the start.
+    cluster.rados(&["-p", "rbd", "create", "lanes.pr.faults"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut gws: Vec<Gateway> = (0..GATEWAYS)
+        .map(|n| Gateway::new(&cluster, dir.path(), n, &spec))
+        .collect();
+    assert!(gws
+        .windows(2)
+        .all(|w| w[0].serve().wwids == w[1].serve().wwids));
+    let holes = Blackhole::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let portals: Vec<String> = gws.iter().map(Gateway::portal).collect();
+    let mp = rt.block_on(async {
+        let paths = portals
+            .iter()
+            .enumerate()
+            .map(|(n, a)| PortalConfig {
+                addr: a.parse().unwrap(),
+                tpgt: n as u16 + 1,
+                weight: 1,
+                priority: 0,
+                interface: None,
+            })
+            .collect();
+        let cfg = MultipathConfig::new(
+            TARGET,
+            paths,
+            LoginOptions::new("iqn.2026-11.io.lanes:rbd-faults-host"),
+        );
+        let mp = Arc::new(Multipath::attach(cfg).await.expect("attach"));
+        assert!(mp.refused().is_empty(), "refused: {:?}", mp.refused());
+        mp
+    });
+    let all_paths = |mp: &Multipath, what: &str| {
+        let start = Instant::now();
+        while !mp.status().paths.iter().all(|p| p.eligible) {
+            assert!(
+                start.elapsed() < HEAL,
+                "{what}: paths {:?}",
+                mp.status().paths
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    };
+    all_paths(&mp, "after attach");
+    assert_eq!(mp.status().paths.len(), GATEWAYS);
+
+    let load = Arc::new(Load::new());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| rt.spawn(load.clone().worker(mp.clone(), w)))
+        .collect();
+    load.progress(500, "load before the first fault");
+    let probe_portals = portals
+        .iter()
+        .enumerate()
+        .map(|(n, p)| (p.clone(), n as u16 + 1))
+        .collect();
+    // A change waits up to the 5 s watch timeout for a silent gateway, then fences it.
+    let mut probe = PrProbe::new(probe_portals, TARGET).with_change_bound(Duration::from_secs(15));
+    // librbd's compare-and-write covers one 512-byte sector: the LUN keeps 512-byte blocks.
+    let mut caw = CawProbe::with_block_size(512);
+    let mut per_kind: std::collections::BTreeMap<&str, (u32, Duration, Duration)> =
+        Default::default();
+    let mut restarted_fenced = 0u32;
+    let campaign = Instant::now();
+    for i in 0..faults {
+        let fault = Fault::nth(i);
+        let g = fault.gateway();
+        let spared = (g + 1 + i % 2) % GATEWAYS;
+        *load.worst.lock().unwrap() = Duration::ZERO;
+        // While the fault holds: a reservation change through a gateway it spares.
+        let mut change_pr = |key: u64| {
+            let mut p = std::mem::replace(&mut probe, PrProbe::new(Vec::new(), TARGET));
+            probe = rt.block_on(async move {
+                p.change(spared, key).await;
+                p
+            });
+        };
+        match fault {
+            Fault::Kill(g) => {
+                gws[g]
+                    .serve
+                    .as_mut()
+                    .unwrap()
+                    .stop(Signal::Kill, Duration::from_secs(10))
+                    .expect("the gateway exits on SIGKILL");
+                gws[g].serve = None;
+                change_pr(i as u64 + 1);
+                load.progress(100, "load with a gateway dead");
+                gws[g].start(&cluster);
+            }
+            Fault::Pause(g) | Fault::LongPause(g) => {
+                let hold = if matches!(fault, Fault::Pause(_)) {
+                    HOLD
+                } else {
+                    LONG_PAUSE
+                };
+                gws[g].serve().signal(Signal::Stop);
+                let held = Instant::now();
+                change_pr(i as u64 + 1);
+                std::thread::sleep(hold.saturating_sub(held.elapsed()));
+                gws[g].serve().signal(Signal::Cont);
+            }
+            Fault::HostCut(g) => {
+                holes.cut(gws[g].port);
+                let held = Instant::now();
+                change_pr(i as u64 + 1);
+                std::thread::sleep(HOLD.saturating_sub(held.elapsed()));
+                holes.restore();
+            }
+        }
+        // A gateway the cluster fenced serves nothing until it is restarted (a new client).
+        let heal_start = Instant::now();
+        let blocklist = cluster.ceph(&["osd", "blocklist", "ls"]);
+        for gw in gws.iter_mut() {
+            if blocklist.contains(gw.client.as_str()) {
+                restarted_fenced += 1;
+                gw.serve
+                    .as_mut()
+                    .unwrap()
+                    .stop(Signal::Kill, Duration::from_secs(10))
+                    .expect("a fenced gateway exits on SIGKILL");
+                gw.start(&cluster);
+            }
+        }
+        all_paths(&mp, &format!("fault {i} ({fault:?})"));
+        let heal = heal_start.elapsed();
+        let mut p = std::mem::replace(&mut probe, PrProbe::new(Vec::new(), TARGET));
+        let (p, checked) = rt.block_on(async move {
+            let r = p.check().await;
+            (p, r)
+        });
+        probe = p;
+        let (a, b) = (&portals[i % GATEWAYS], &portals[(i + 1) % GATEWAYS]);
+        let raced = rt.block_on(caw.race_between(a, b, TARGET, CAW_ROUNDS));
+        for why in [checked.err(), raced.err()].into_iter().flatten() {
+            load.violations
+                .lock()
+                .unwrap()
+                .push(format!("fault {i} ({fault:?}): {why}"));
+        }
+        load.progress(100, "load after the fault");
+        let worst = *load.worst.lock().unwrap();
+        let e = per_kind.entry(fault.name()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(worst);
+        e.2 = e.2.max(heal);
+        let violations = load.violations.lock().unwrap().clone();
+        assert!(
+            violations.is_empty() && load.errors.load(Ordering::Relaxed) == 0,
+            "fault {i} ({fault:?}): {} errors, violations {violations:?}",
+            load.errors.load(Ordering::Relaxed)
+        );
+        println!(
+            "fault {i} {:28} gateway {g}: longest request {worst:?}, heal {heal:?}",
+            fault.name()
+        );
+    }
+    load.stop.store(true, Ordering::Relaxed);
+    rt.block_on(async {
+        for w in workers {
+            w.await.unwrap();
+        }
+    });
+    println!(
+        "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
+         {} reservation changes ({} not answered GOOD), registrations identical on every \
+         gateway after every fault; {} COMPARE AND WRITE rounds, one winner each; \
+         {restarted_fenced} fenced gateways restarted",
+        campaign.elapsed(),
+        load.done.load(Ordering::Relaxed),
+        probe.changes,
+        probe.unanswered,
+        caw.rounds,
+    );
+    for (kind, (n, worst, heal)) in &per_kind {
+        println!("  {kind:30} {n:4} faults, longest request {worst:?}, longest heal {heal:?}");
+    }
+    // Every block as last acknowledged, read through the host's device.
+    let slots = load.slots.lock().unwrap().clone();
+    let bad = rt.block_on(async move {
+        mp.flush().await.expect("flush");
+        let mut bad = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let offset = i as u64 * BS as u64;
+            let got = mp.read(offset, BS as u32).await.expect("final read");
+            let w = i as u64 / SLOTS;
+            if let Err(why) = oracle::decode(&got, offset).and_then(|s| slot.check(&s, w, offset)) {
+                bad.push(why);
+            }
+        }
+        bad
+    });
+    assert!(bad.is_empty(), "final read-back: {bad:?}");
+}
