@@ -116,6 +116,13 @@ pub trait BlockDevice: Send + Sync + 'static {
         false
     }
 
+    /// A device [`fenced`](Self::fenced) by its storage tries once to come back on a new
+    /// connection (an RBD gateway: a new client, which the cluster has not blocklisted);
+    /// whether it serves again. A blocking call (it asks the storage).
+    fn reconnect(&self) -> std::io::Result<bool> {
+        Ok(!self.fenced())
+    }
+
     /// COMPARE AND WRITE done by the storage itself: if `[offset, offset + compare.len())`
     /// equals `compare`, write `write` (same length) there, atomically against every client of
     /// the storage (other gateways of a shared image included). `None`: the device has no such

@@ -5,7 +5,9 @@
 //! - a target with a LUN whose storage has fenced this server (an RBD gateway whose client the
 //!   cluster blocklisted) puts its port groups here in the unavailable state, so TEST UNIT
 //!   READY and REPORT TARGET PORT GROUPS agree with the I/O that already fails with NOT READY
-//!   (02/04/0C), and hosts keep to other paths (ASYMMETRIC ACCESS STATE CHANGED tells them).
+//!   (02/04/0C), and hosts keep to other paths (ASYMMETRIC ACCESS STATE CHANGED tells them);
+//!   each period such a LUN tries a new connection (a new Ceph client), and once every LUN of
+//!   the target serves again its port groups return to the states they had.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,13 +25,20 @@ pub async fn follow_loop(server: Arc<Server>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The last error of each LUN, logged when it first appears or changes.
     let mut errors: HashMap<(String, u64), String> = HashMap::new();
+    // The last reconnect error of each fenced LUN, logged the same way.
+    let mut reconnect_errors: HashMap<(String, u64), String> = HashMap::new();
+    // Port groups this loop made unavailable, with the state each had before.
+    let mut fenced: HashMap<(String, u16), scsi::AluaState> = HashMap::new();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = server.shutdown.cancelled() => return,
         }
         for t in &server.targets {
-            fence_if_refused(&server, t);
+            // Fencing first: the port groups are unavailable for at least one period (the
+            // hosts are told, and move) before a new client may bring them back.
+            follow_fencing(&server, t, &mut fenced);
+            reconnect_fenced(t, &mut reconnect_errors).await;
             for (lun, lu) in t.luns.load().luns() {
                 let (lun, lu) = (*lun, lu.clone());
                 let before = lu.block_count();
@@ -59,18 +68,47 @@ pub async fn follow_loop(server: Arc<Server>) {
     }
 }
 
-/// Puts the target's port groups on this server in the unavailable state when the storage of
-/// one of its LUNs has fenced this server (once; a restart reconnects).
-fn fence_if_refused(server: &Server, t: &crate::TargetRuntime) {
-    let fenced = t
+/// Each LUN of `t` whose storage fenced this server tries once to reconnect (a blocking
+/// call, off the runtime's threads); failures are logged when they first appear or change.
+async fn reconnect_fenced(t: &crate::TargetRuntime, errors: &mut HashMap<(String, u64), String>) {
+    for (lun, lu) in t.luns.load().luns() {
+        if !lu.config().device.fenced() {
+            continue;
+        }
+        let device = lu.config().device.clone();
+        let key = (t.name.clone(), *lun);
+        match tokio::task::spawn_blocking(move || device.reconnect()).await {
+            Ok(Ok(true)) => {
+                errors.remove(&key);
+                info!(target = %t.name, lun, "the storage takes this server again (reconnected)");
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                let text = e.to_string();
+                if errors.get(&key) != Some(&text) {
+                    warn!(target = %t.name, lun, "reconnecting to the storage: {text}");
+                    errors.insert(key, text);
+                }
+            }
+            Err(e) => warn!(target = %t.name, lun, "reconnect task: {e}"),
+        }
+    }
+}
+
+/// Puts the target's port groups on this server in the unavailable state while the storage of
+/// one of its LUNs has fenced this server, and back to their earlier states (recorded in
+/// `fenced`) once none is fenced any more.
+fn follow_fencing(
+    server: &Server,
+    t: &crate::TargetRuntime,
+    fenced: &mut HashMap<(String, u16), scsi::AluaState>,
+) {
+    let refused = t
         .luns
         .load()
         .luns()
         .iter()
         .any(|(_, lu)| lu.config().device.fenced());
-    if !fenced {
-        return;
-    }
     let tags: std::collections::BTreeSet<u16> = server
         .portals
         .read()
@@ -79,10 +117,21 @@ fn fence_if_refused(server: &Server, t: &crate::TargetRuntime) {
         .filter(|tag| t.on_portal_group(*tag))
         .collect();
     for tag in tags {
-        if t.tpgs.state_of(tag) != scsi::AluaState::Unavailable {
-            t.tpgs.set_state(tag, scsi::AluaState::Unavailable);
-            tracing::error!(target = %t.name, group = tag,
-                "the storage has fenced this server: port group unavailable until a restart");
+        let key = (t.name.clone(), tag);
+        if refused {
+            let now = t.tpgs.state_of(tag);
+            if now != scsi::AluaState::Unavailable {
+                fenced.entry(key).or_insert(now);
+                t.tpgs.set_state(tag, scsi::AluaState::Unavailable);
+                tracing::error!(target = %t.name, group = tag,
+                    "the storage has fenced this server: port group unavailable until it reconnects");
+            }
+        } else if let Some(before) = fenced.remove(&key) {
+            if t.tpgs.state_of(tag) == scsi::AluaState::Unavailable {
+                t.tpgs.set_state(tag, before);
+                info!(target = %t.name, group = tag, state = ?before,
+                    "the storage takes this server again: port group back");
+            }
         }
     }
 }

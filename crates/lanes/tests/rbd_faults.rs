@@ -5,8 +5,8 @@
 //! kill -9 of a gateway (restarted on the same portal), SIGSTOP of a gateway (short: resumed
 //! before its watch times out; long: past it, so the next reset or reservation change fences
 //! it), and a gateway cut from the host (its portal black-holed with nftables, both ways). A
-//! gateway that the cluster fenced (its port group unavailable) is restarted as part of the
-//! heal, as a service manager would.
+//! gateway that the cluster fenced (its port group unavailable) must come back by itself with
+//! a new client: the heal waits for it.
 //!
 //! The oracle is the pair's (ha_rig/oracle.rs): every read against the writes acknowledged
 //! before it began (no lost write, no stale read, no torn or misplaced block); no request may
@@ -16,8 +16,8 @@
 //! (ha_rig/caw_probe.rs): exactly one winner per round. At the end every block reads back as
 //! last acknowledged.
 //!
-//! `LANES_RBD_FAULTS` sets the number of faults (default 30: the test command); the campaign
-//! script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
+//! `LANES_RBD_FAULTS` sets the number of faults (default 20: the test command, about 3
+//! minutes); the campaign script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
 //! loopback: the cluster's own address and 127.0.0.1.
 
 // The pair's own entry point (`race`, through its nodes' portals) is not used here.
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caw_probe::CawProbe;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
-use lanes_initiator::{LoginOptions, Multipath};
+use lanes_initiator::{LoginOptions, Multipath, Session};
 use lanes_test_support::ceph::Cluster;
 use lanes_test_support::serve::{ServeChild, ServeCommand, Signal};
 use oracle::Slot;
@@ -320,12 +320,36 @@ impl Load {
     }
 }
 
+/// Whether the gateway at `portal` answers TEST UNIT READY with GOOD (after any unit
+/// attention), in a session of its own.
+async fn serving(portal: &str) -> bool {
+    let Ok(addr) = portal.parse() else {
+        return false;
+    };
+    let opts = LoginOptions::new("iqn.2026-11.io.lanes:rbd-faults-checker");
+    let bound = Duration::from_secs(4);
+    let Ok(Ok(s)) = tokio::time::timeout(bound, Session::login(addr, TARGET, &opts)).await else {
+        return false;
+    };
+    let mut good = false;
+    for _ in 0..4 {
+        match tokio::time::timeout(bound, s.execute([0; 16], 0, None)).await {
+            Ok(Ok(out)) if out.status == 0 => good = true,
+            Ok(Ok(out)) if out.sense_triplet().map(|t| t.0) == Some(6) => continue,
+            _ => {}
+        }
+        break;
+    }
+    let _ = tokio::time::timeout(bound, s.logout()).await;
+    good
+}
+
 #[test]
 fn faults_under_load_lose_no_acknowledged_write() {
     let faults: usize = std::env::var("LANES_RBD_FAULTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(20);
     let cluster = Cluster::start(2);
     let spec = cluster.image("faults", "64M");
     // The reservation object exists before the first gateway (which would create it), so
@@ -393,22 +417,32 @@ fn faults_under_load_lose_no_acknowledged_write() {
     let mut caw = CawProbe::with_block_size(512);
     let mut per_kind: std::collections::BTreeMap<&str, (u32, Duration, Duration)> =
         Default::default();
-    let mut restarted_fenced = 0u32;
+    let mut reconnected = 0u32;
     let campaign = Instant::now();
     for i in 0..faults {
         let fault = Fault::nth(i);
         let g = fault.gateway();
+        eprintln!(
+            "fault {i} ({fault:?}) begins at {:?}; clients {:?}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+            gws.iter().map(|g| g.client.clone()).collect::<Vec<_>>()
+        );
         let spared = (g + 1 + i % 2) % GATEWAYS;
         *load.worst.lock().unwrap() = Duration::ZERO;
-        // While the fault holds: a reservation change through a gateway it spares.
-        let mut change_pr = |key: u64| {
-            let mut p = std::mem::replace(&mut probe, PrProbe::new(Vec::new(), TARGET));
-            probe = rt.block_on(async move {
+        // While the fault holds: a reservation change through a gateway it spares, running
+        // beside the hold (it may wait for the faulted gateway; the hold does not wait for it).
+        let key = i as u64 + 1;
+        let p = std::mem::replace(&mut probe, PrProbe::new(Vec::new(), TARGET));
+        let change = |p| {
+            let mut p: PrProbe = p;
+            rt.spawn(async move {
                 p.change(spared, key).await;
                 p
-            });
+            })
         };
-        match fault {
+        let change = match fault {
             Fault::Kill(g) => {
                 gws[g]
                     .serve
@@ -417,9 +451,10 @@ fn faults_under_load_lose_no_acknowledged_write() {
                     .stop(Signal::Kill, Duration::from_secs(10))
                     .expect("the gateway exits on SIGKILL");
                 gws[g].serve = None;
-                change_pr(i as u64 + 1);
+                let change = change(p);
                 load.progress(100, "load with a gateway dead");
                 gws[g].start(&cluster);
+                change
             }
             Fault::Pause(g) | Fault::LongPause(g) => {
                 let hold = if matches!(fault, Fault::Pause(_)) {
@@ -428,31 +463,54 @@ fn faults_under_load_lose_no_acknowledged_write() {
                     LONG_PAUSE
                 };
                 gws[g].serve().signal(Signal::Stop);
-                let held = Instant::now();
-                change_pr(i as u64 + 1);
-                std::thread::sleep(hold.saturating_sub(held.elapsed()));
+                let change = change(p);
+                std::thread::sleep(hold);
                 gws[g].serve().signal(Signal::Cont);
+                change
             }
             Fault::HostCut(g) => {
                 holes.cut(gws[g].port);
-                let held = Instant::now();
-                change_pr(i as u64 + 1);
-                std::thread::sleep(HOLD.saturating_sub(held.elapsed()));
+                let change = change(p);
+                std::thread::sleep(HOLD);
                 holes.restore();
+                change
             }
-        }
-        // A gateway the cluster fenced serves nothing until it is restarted (a new client).
+        };
+        probe = rt.block_on(change).expect("the reservation change task");
+        // A gateway the cluster fenced comes back by itself with a new client: wait for it
+        // to watch the reservation object (then it serves again), and learn its address.
         let heal_start = Instant::now();
         let blocklist = cluster.ceph(&["osd", "blocklist", "ls"]);
-        for gw in gws.iter_mut() {
-            if blocklist.contains(gw.client.as_str()) {
-                restarted_fenced += 1;
-                gw.serve
-                    .as_mut()
-                    .unwrap()
-                    .stop(Signal::Kill, Duration::from_secs(10))
-                    .expect("a fenced gateway exits on SIGKILL");
-                gw.start(&cluster);
+        let fenced: Vec<usize> = (0..GATEWAYS)
+            .filter(|n| blocklist.contains(gws[*n].client.as_str()))
+            .collect();
+        for n in fenced {
+            reconnected += 1;
+            let known: Vec<String> = gws.iter().map(|g| g.client.clone()).collect();
+            let new = loop {
+                // Not a client of another gateway, nor a fenced one whose watch lingers.
+                let now = watchers(&cluster);
+                let out = cluster.ceph(&["osd", "blocklist", "ls"]);
+                if let Some(w) = now
+                    .into_iter()
+                    .find(|w| !known.contains(w) && !out.contains(w.as_str()))
+                {
+                    break w;
+                }
+                assert!(
+                    heal_start.elapsed() < HEAL,
+                    "fault {i} ({fault:?}): fenced gateway {n} never reconnected"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            gws[n].client = new;
+            // Watching comes first; the port group returns on the gateway's next check.
+            while !rt.block_on(serving(&portals[n])) {
+                assert!(
+                    heal_start.elapsed() < HEAL,
+                    "fault {i} ({fault:?}): gateway {n} reconnected but does not serve"
+                );
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
         all_paths(&mp, &format!("fault {i} ({fault:?})"));
@@ -498,7 +556,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
         "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
          {} reservation changes ({} not answered GOOD), registrations identical on every \
          gateway after every fault; {} COMPARE AND WRITE rounds, one winner each; \
-         {restarted_fenced} fenced gateways restarted",
+         {reconnected} fenced gateways reconnected by themselves",
         campaign.elapsed(),
         load.done.load(Ordering::Relaxed),
         probe.changes,

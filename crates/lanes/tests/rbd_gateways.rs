@@ -134,7 +134,7 @@ fn a_resized_image_grows_on_every_gateway() {
 /// another path" (not a medium error an application would see), and nothing it is sent lands;
 /// the other gateway serves on.
 #[test]
-fn a_blocklisted_gateway_sends_its_hosts_to_other_paths() {
+fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects() {
     let cluster = Cluster::start(2);
     cluster.image("fence", "64M");
     let dir = tempfile::tempdir().unwrap();
@@ -200,6 +200,37 @@ fn a_blocklisted_gateway_sends_its_hosts_to_other_paths() {
             .unwrap()
             .iter()
             .all(|x| *x == 0x44));
+        // A reconnects by itself with a new client, and serves again: first the unit
+        // attention of its port group's change, then GOOD, and it reads what B wrote.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match write10(&sa, lba + 1, 0x55).await {
+                (0, None) => break,
+                (2, Some((2, 0x04, 0x0c))) | (2, Some((6, _, _))) => {}
+                other => panic!("a reconnecting gateway answered {other:?}"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "A did not come back with a new client"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(sa
+            .read(u64::from(lba), 1)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| *x == 0x44));
+        assert!(sb
+            .read(u64::from(lba) + 1, 1)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| *x == 0x55));
+        // Its new client is the one watching now, next to B's; the fenced one is gone.
+        let watchers = cluster.rados(&["-p", "rbd", "listwatchers", object]);
+        assert!(!watchers.contains(&a_client), "{watchers}");
+        assert_eq!(watchers.matches("watcher=").count(), 2, "{watchers}");
     });
 }
 

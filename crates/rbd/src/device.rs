@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use blockstore::{AioCompletion, AsyncBlockIo, BlockDevice, Extent, ReadDone};
 use bytes::{Bytes, BytesMut};
 
@@ -34,12 +35,11 @@ const OBJECT_MAP: u64 = 1 << 3;
 const FAST_DIFF: u64 = 1 << 4;
 const JOURNALING: u64 = 1 << 6;
 
-/// What every gateway's client must run with: no client-side cache (another gateway's write
-/// must be visible at once, and an acknowledged write must be on the OSDs), and discards that
-/// zero partial objects so deallocated ranges read back zeros.
-/// A gateway's client: no cache (every gateway reads what any other wrote), and its watches
-/// pinged every half second, so that a live gateway keeps its watch within
-/// [`crate::ffi::WATCH_TIMEOUT_S`] and a silent one loses it (`pr_store.rs`).
+/// A gateway's client: no cache (another gateway's write must be visible at once, and an
+/// acknowledged write must be on the OSDs), discards that zero partial objects (deallocated
+/// ranges read back zeros), and its watches pinged every half second, so that a live gateway
+/// keeps its watch within [`crate::ffi::WATCH_TIMEOUT_S`] and a silent one loses it
+/// (`pr_store.rs`).
 pub(crate) const CLIENT_OPTIONS: [(&str, &str); 3] = [
     ("rbd_cache", "false"),
     ("rbd_skip_partial_discard", "false"),
@@ -61,17 +61,59 @@ fn blocking_features(features: u64) -> Vec<&'static str> {
 }
 
 pub struct RbdDevice {
-    image: Image,
+    /// The client and the image open on it; replaced whole by [`BlockDevice::reconnect`].
+    conn: ArcSwap<Conn>,
+    source: RbdSource,
     size: AtomicU64,
     id: String,
+    /// librbd has `rbd_aio_*`: READs and WRITEs wait on no thread.
+    aio: bool,
+}
+
+/// One client of the cluster with the image open on it.
+struct Conn {
+    image: Image,
     /// The cluster refused this client (`ceph osd blocklist`): every I/O fails at once as
-    /// NotConnected (NOT READY, TARGET PORT IN UNAVAILABLE STATE for the hosts) until lanes
-    /// serve is restarted with a new client.
+    /// NotConnected (NOT READY, TARGET PORT IN UNAVAILABLE STATE for the hosts) until a new
+    /// client replaces it. The client's own flag (its reservation store sets it too).
     fenced: Arc<AtomicBool>,
     /// [`noticing_blocklisting`] for asynchronous requests (shared, not built per request).
     on_error: OnError,
-    /// librbd has `rbd_aio_*`: READs and WRITEs wait on no thread.
-    aio: bool,
+}
+
+impl Conn {
+    /// A new client with the image open; refuses an image with exclusive-lock. Returns the
+    /// client too (the reservation store moves to it) and the image's size and id.
+    fn open(source: &RbdSource) -> Result<(Conn, Arc<Pool>, u64, String), Error> {
+        let conf = source.ceph_conf.display().to_string();
+        let pool = Arc::new(Pool::connect(
+            &conf,
+            &source.client,
+            &CLIENT_OPTIONS,
+            &source.pool,
+        )?);
+        let fenced = pool.fenced().clone();
+        let image = Image::open(pool.clone(), &source.image)?;
+        let features = image.features()?;
+        if features & EXCLUSIVE_LOCK != 0 {
+            return Err(Error::ExclusiveLock {
+                image: source.spec(),
+                features: blocking_features(features).join(" "),
+            });
+        }
+        let size = image.size()?;
+        let id = image.id()?;
+        let on_error: OnError = {
+            let (fenced, id) = (fenced.clone(), id.clone());
+            Arc::new(move |e| noticing_blocklisting(&fenced, &id, e))
+        };
+        let conn = Conn {
+            image,
+            fenced,
+            on_error,
+        };
+        Ok((conn, pool, size, id))
+    }
 }
 
 /// The clients of the images opened in this process, by image, for the image's reservation
@@ -80,7 +122,7 @@ pub struct RbdDevice {
 static CLIENTS: std::sync::Mutex<Vec<(String, std::sync::Weak<Pool>)>> =
     std::sync::Mutex::new(Vec::new());
 
-fn client_key(source: &RbdSource) -> String {
+pub(crate) fn client_key(source: &RbdSource) -> String {
     format!(
         "{}\n{}\n{}",
         source.ceph_conf.display(),
@@ -127,7 +169,7 @@ fn noticing_blocklisting(fenced: &AtomicBool, id: &str, e: std::io::Error) -> st
         tracing::error!(
             image = %id,
             "the Ceph cluster has blocklisted this gateway's client: I/O refused, \
-             hosts are sent to other paths; restart lanes serve to reconnect"
+             hosts are sent to other paths until a new client reconnects"
         );
     }
     fenced_error()
@@ -136,52 +178,30 @@ fn noticing_blocklisting(fenced: &AtomicBool, id: &str, e: std::io::Error) -> st
 impl RbdDevice {
     /// Connects and opens the image; refuses one with exclusive-lock.
     pub fn open(source: &RbdSource) -> Result<RbdDevice, Error> {
-        let conf = source.ceph_conf.display().to_string();
-        let pool = Arc::new(Pool::connect(
-            &conf,
-            &source.client,
-            &CLIENT_OPTIONS,
-            &source.pool,
-        )?);
+        let (conn, pool, size, id) = Conn::open(source)?;
         register_client(source, &pool);
-        // The client's flag: a blocklisting the reservation store notices fences I/O too.
-        let fenced = pool.fenced().clone();
-        let image = Image::open(pool, &source.image)?;
-        let features = image.features()?;
-        if features & EXCLUSIVE_LOCK != 0 {
-            return Err(Error::ExclusiveLock {
-                image: source.spec(),
-                features: blocking_features(features).join(" "),
-            });
-        }
-        let size = image.size()?;
-        let id = image.id()?;
-        let on_error: OnError = {
-            let (fenced, id) = (fenced.clone(), id.clone());
-            Arc::new(move |e| noticing_blocklisting(&fenced, &id, e))
-        };
         Ok(RbdDevice {
-            image,
+            conn: ArcSwap::from_pointee(conn),
+            source: source.clone(),
             size: AtomicU64::new(size),
             id,
-            fenced,
-            on_error,
             aio: crate::ffi::aio_available(),
         })
     }
 
-    /// Refuses I/O once fenced.
-    fn gate(&self) -> std::io::Result<()> {
-        if self.fenced.load(Ordering::Acquire) {
+    /// The current client, or NotConnected once it is fenced.
+    fn gate(&self) -> std::io::Result<arc_swap::Guard<Arc<Conn>>> {
+        let conn = self.conn.load();
+        if conn.fenced.load(Ordering::Acquire) {
             Err(fenced_error())
         } else {
-            Ok(())
+            Ok(conn)
         }
     }
 
-    /// Notices a blocklisting in a librbd result: the device is fenced from then on.
-    fn watch<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
-        r.map_err(|e| noticing_blocklisting(&self.fenced, &self.id, e))
+    /// Notices a blocklisting in a librbd result of `conn`: its client is fenced from then on.
+    fn watch<T>(&self, conn: &Conn, r: std::io::Result<T>) -> std::io::Result<T> {
+        r.map_err(|e| noticing_blocklisting(&conn.fenced, &self.id, e))
     }
 
     /// The image's id, stable across renames.
@@ -207,11 +227,11 @@ impl BlockDevice for RbdDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.check(offset, buf.len() as u64)?;
-        self.gate()?;
+        let conn = self.gate()?;
         let mut done = 0;
         while done < buf.len() {
             let rest = buf.get_mut(done..).unwrap_or_default();
-            let n = self.watch(self.image.read(rest, offset + done as u64))?;
+            let n = self.watch(&conn, conn.image.read(rest, offset + done as u64))?;
             if n == 0 {
                 // Past the end of what the image holds: zeros.
                 rest.fill(0);
@@ -224,11 +244,12 @@ impl BlockDevice for RbdDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.check(offset, buf.len() as u64)?;
-        self.gate()?;
+        let conn = self.gate()?;
         let mut done = 0;
         while done < buf.len() {
             let n = self.watch(
-                self.image
+                &conn,
+                conn.image
                     .write(buf.get(done..).unwrap_or_default(), offset + done as u64),
             )?;
             if n == 0 {
@@ -254,18 +275,43 @@ impl BlockDevice for RbdDevice {
     }
 
     fn flush(&self) -> std::io::Result<()> {
-        self.gate()?;
-        self.watch(self.image.flush())
+        let conn = self.gate()?;
+        self.watch(&conn, conn.image.flush())
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<()> {
         self.check(offset, len)?;
-        self.gate()?;
-        self.watch(self.image.discard(offset, len))
+        let conn = self.gate()?;
+        self.watch(&conn, conn.image.discard(offset, len))
     }
 
     fn fenced(&self) -> bool {
-        self.fenced.load(Ordering::Acquire)
+        self.conn.load().fenced.load(Ordering::Acquire)
+    }
+
+    /// A new client (the blocklist names the old one), the same image (by id) open on it, and
+    /// the reservation store moved to it (watching, its state reloaded, published) before the
+    /// device lets I/O through again.
+    fn reconnect(&self) -> std::io::Result<bool> {
+        if !self.fenced() {
+            return Ok(true);
+        }
+        let (conn, pool, _, id) = Conn::open(&self.source).map_err(std::io::Error::other)?;
+        if id != self.id {
+            return Err(std::io::Error::other(format!(
+                "{} is another image now (id {id}, was {}): not reconnecting",
+                self.source.spec(),
+                self.id
+            )));
+        }
+        register_client(&self.source, &pool);
+        crate::pr_store::move_to_client(&self.source, &pool).map_err(std::io::Error::other)?;
+        self.conn.store(Arc::new(conn));
+        tracing::warn!(
+            image = %self.id,
+            "reconnected to the Ceph cluster with a new client: serving again"
+        );
+        Ok(true)
     }
 
     fn aio(&self) -> Option<&dyn AsyncBlockIo> {
@@ -288,7 +334,9 @@ impl BlockDevice for RbdDevice {
 
     fn size_from_storage(&self) -> Option<std::io::Result<u64>> {
         Some(
-            self.image
+            self.conn
+                .load()
+                .image
                 .size_now()
                 .map_err(|e| std::io::Error::other(e.to_string())),
         )
@@ -296,6 +344,8 @@ impl BlockDevice for RbdDevice {
 
     fn grow(&self, size: u64) -> std::io::Result<()> {
         let now = self
+            .conn
+            .load()
             .image
             .size_now()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -329,14 +379,15 @@ impl BlockDevice for RbdDevice {
         write: &[u8],
         offset: u64,
     ) -> Option<std::io::Result<Option<u64>>> {
-        if let Err(e) = self
+        let conn = match self
             .check(offset, write.len() as u64)
             .and_then(|()| self.gate())
         {
-            return Some(Err(e));
-        }
+            Ok(conn) => conn,
+            Err(e) => return Some(Err(e)),
+        };
         // librbd reports the first difference relative to the request, as SCSI does.
-        let done = self.watch(self.image.compare_and_write(compare, write, offset));
+        let done = self.watch(&conn, conn.image.compare_and_write(compare, write, offset));
         if let Err(e) = &done {
             tracing::warn!(
                 offset,
@@ -351,35 +402,38 @@ impl BlockDevice for RbdDevice {
 /// `rbd_aio_*`: librbd's own threads complete each request; no thread of ours waits.
 impl AsyncBlockIo for RbdDevice {
     fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
-        if let Err(e) = self
+        let conn = match self
             .check(offset, buf.len() as u64)
             .and_then(|()| self.gate())
         {
-            return done.complete((Err(e), buf));
-        }
+            Ok(conn) => conn,
+            Err(e) => return done.complete((Err(e), buf)),
+        };
         // Ranges inside the image always read in full (unwritten ones as zeros).
-        self.image
-            .aio_read(buf, offset, done, self.on_error.clone());
+        conn.image
+            .aio_read(buf, offset, done, conn.on_error.clone());
     }
 
     fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>) {
         let len = data.iter().map(|b| b.len() as u64).sum();
-        if let Err(e) = self.check(offset, len).and_then(|()| self.gate()) {
-            return done.complete(Err(e));
-        }
+        let conn = match self.check(offset, len).and_then(|()| self.gate()) {
+            Ok(conn) => conn,
+            Err(e) => return done.complete(Err(e)),
+        };
         if len == 0 {
             // librbd refuses an empty vector; there is nothing to write.
             return done.complete(Ok(()));
         }
-        self.image
-            .aio_write(data, offset, done, self.on_error.clone());
+        conn.image
+            .aio_write(data, offset, done, conn.on_error.clone());
     }
 
     fn flush(&self, done: AioCompletion<std::io::Result<()>>) {
-        if let Err(e) = self.gate() {
-            return done.complete(Err(e));
-        }
-        self.image.aio_flush(done, self.on_error.clone());
+        let conn = match self.gate() {
+            Ok(conn) => conn,
+            Err(e) => return done.complete(Err(e)),
+        };
+        conn.image.aio_flush(done, conn.on_error.clone());
     }
 }
 

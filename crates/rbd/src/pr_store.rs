@@ -14,7 +14,9 @@
 //! never waits longer than the watch timeout for a dead gateway, and a paused one can never
 //! land a write it held after what follows.
 
-use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+
+use arc_swap::ArcSwap;
 
 use scsi::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 
@@ -46,11 +48,17 @@ struct Inner {
     /// This gateway's client: its global id (it never fences itself) and address.
     gid: u64,
     watch: OnceLock<Watch>,
-    on_change: RwLock<Option<PrChangeFn>>,
-    on_notice: RwLock<Option<NoticeFn>>,
+    callbacks: Arc<Callbacks>,
     /// This store's name in notices, so that its own watch skips them.
     sender: String,
     name: String,
+}
+
+/// The logical unit's subscriptions: they outlive a client (a reconnect keeps them).
+#[derive(Default)]
+struct Callbacks {
+    on_change: RwLock<Option<PrChangeFn>>,
+    on_notice: RwLock<Option<NoticeFn>>,
 }
 
 /// A name no other gateway's store has: the host name, the process and a counter.
@@ -69,8 +77,20 @@ fn sender_name() -> String {
 
 /// Reservation state of one RBD LUN, shared by its gateways.
 pub struct RadosPrStore {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
+
+/// The store's state on its current client, swapped whole when the gateway reconnects.
+struct Shared {
+    inner: ArcSwap<Inner>,
+    callbacks: Arc<Callbacks>,
+    /// Which image, for the registry below.
+    key: String,
+}
+
+/// The stores open in this process, by image: a device that reconnects moves its image's
+/// store to the new client ([`move_to_client`]).
+static STORES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 
 impl RadosPrStore {
     /// Creates the object if missing and watches it, through the client of the image's
@@ -87,6 +107,58 @@ impl RadosPrStore {
                 &source.pool,
             )?),
         };
+        let callbacks = Arc::new(Callbacks::default());
+        let inner = Inner::open(pool, source, callbacks.clone())?;
+        let shared = Arc::new(Shared {
+            inner: ArcSwap::new(inner),
+            callbacks,
+            key: crate::device::client_key(source),
+        });
+        let mut stores = STORES.lock().unwrap_or_else(|e| e.into_inner());
+        stores.retain(|s| s.strong_count() > 0);
+        stores.push(Arc::downgrade(&shared));
+        Ok(RadosPrStore { shared })
+    }
+
+    fn inner(&self) -> arc_swap::Guard<Arc<Inner>> {
+        self.shared.inner.load()
+    }
+}
+
+/// Moves the reservation store of `source` (if one is open) to the new client `pool`: a
+/// watch on the new client, the state read again and handed to the logical unit, the new
+/// client published. Until this returns the device stays fenced, so no command runs on a
+/// state that may have missed changes while this gateway was cut off.
+pub(crate) fn move_to_client(source: &RbdSource, pool: &Arc<Pool>) -> Result<(), Error> {
+    let key = crate::device::client_key(source);
+    let shared = {
+        let stores = STORES.lock().unwrap_or_else(|e| e.into_inner());
+        stores
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|s| s.key == key)
+    };
+    let Some(shared) = shared else {
+        return Ok(());
+    };
+    let inner = Inner::open(pool.clone(), source, shared.callbacks.clone())?;
+    let (text, version) = inner
+        .load()
+        .map_err(|e| Error::Invalid(format!("reading {}: {e}", inner.name)))?;
+    let _ = inner.deliver(text.as_deref(), version);
+    shared.inner.store(inner);
+    Ok(())
+}
+
+impl Inner {
+    /// The store on client `pool`: the object created if missing, watched, and this client
+    /// published once the watch is up (from then on every announcement waits for this
+    /// gateway's acknowledgement, or fences it).
+    fn open(
+        pool: Arc<Pool>,
+        source: &RbdSource,
+        callbacks: Arc<Callbacks>,
+    ) -> Result<Arc<Inner>, Error> {
         let name = format!("{}/{}", source.pool, pr_object_name(&source.image));
         let object = ObjectIo::open(pool.clone(), &pr_object_name(&source.image))?;
         object
@@ -107,8 +179,7 @@ impl RadosPrStore {
             gateways,
             gid,
             watch: OnceLock::new(),
-            on_change: RwLock::new(None),
-            on_notice: RwLock::new(None),
+            callbacks,
             sender: sender_name(),
             name,
         });
@@ -128,17 +199,13 @@ impl RadosPrStore {
             }),
         )?;
         let _ = inner.watch.set(watch);
-        // Published only once the watch is up: from then on every announcement waits for
-        // this gateway's acknowledgement, or fences it.
         inner
             .gateways
             .set_xattr(&format!("client.{gid}"), &addr)
             .map_err(publishing)?;
-        Ok(RadosPrStore { inner })
+        Ok(inner)
     }
-}
 
-impl Inner {
     /// An announcement: `VERSION\nTEXT`, or a notice: `notice SENDER\nATTENTION`. Anything
     /// else is ignored (and acknowledged). Returns whether to acknowledge: a reset notice
     /// whose commands under way here did not end in time is not.
@@ -151,7 +218,11 @@ impl Inner {
                 return true;
             };
             if sender != self.sender {
-                let on_notice = self.on_notice.read().unwrap_or_else(|e| e.into_inner());
+                let on_notice = self
+                    .callbacks
+                    .on_notice
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner());
                 if let Some(f) = on_notice.as_ref() {
                     return f(attention);
                 }
@@ -231,7 +302,11 @@ impl Inner {
     /// Hands a new state to the logical unit; whether to acknowledge it (false: a change that
     /// took access away while commands here did not end in time).
     fn deliver(&self, text: Option<&str>, version: u64) -> bool {
-        let on_change = self.on_change.read().unwrap_or_else(|e| e.into_inner());
+        let on_change = self
+            .callbacks
+            .on_change
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         match on_change.as_ref() {
             Some(f) => f(text, version),
             None => true,
@@ -279,7 +354,7 @@ fn rewatch(weak: &Weak<Inner>, err: i32) {
                 inner.object.mark_fenced();
                 tracing::error!(
                     "not re-watching {}: the cluster has blocklisted this gateway's client \
-                     (restart lanes serve to reconnect)",
+                     (it reconnects with a new one)",
                     inner.name
                 );
                 return;
@@ -297,15 +372,13 @@ fn rewatch(weak: &Weak<Inner>, err: i32) {
 
 impl PrStore for RadosPrStore {
     fn load(&self) -> std::io::Result<(Option<String>, u64)> {
-        self.inner.load()
+        self.inner().load()
     }
 
     fn store_if(&self, version: u64, text: &str) -> std::io::Result<StoreResult> {
+        let inner = self.inner();
         Ok(
-            match self
-                .inner
-                .noticing(self.inner.object.write_full_if(version, text.as_bytes()))?
-            {
+            match inner.noticing(inner.object.write_full_if(version, text.as_bytes()))? {
                 Some(v) => StoreResult::Stored(v),
                 None => StoreResult::Conflict,
             },
@@ -313,20 +386,23 @@ impl PrStore for RadosPrStore {
     }
 
     fn announce(&self, version: u64, text: &str) -> std::io::Result<()> {
-        self.inner.tell_all(format!("{version}\n{text}").as_bytes())
+        self.inner()
+            .tell_all(format!("{version}\n{text}").as_bytes())
     }
 
     fn subscribe(&self, on_change: PrChangeFn) {
         *self
-            .inner
+            .shared
+            .callbacks
             .on_change
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(on_change);
     }
 
     fn notify(&self, attention: &str) -> std::io::Result<()> {
-        let payload = format!("notice {}\n{attention}", self.inner.sender);
-        self.inner.tell_all(payload.as_bytes())
+        let inner = self.inner();
+        let payload = format!("notice {}\n{attention}", inner.sender);
+        inner.tell_all(payload.as_bytes())
     }
 
     fn drains_on_reset(&self) -> bool {
@@ -335,7 +411,8 @@ impl PrStore for RadosPrStore {
 
     fn subscribe_notices(&self, on_notice: NoticeFn) {
         *self
-            .inner
+            .shared
+            .callbacks
             .on_notice
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(on_notice);

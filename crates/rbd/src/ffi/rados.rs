@@ -260,7 +260,7 @@ impl ObjectIo {
             tracing::error!(
                 object = %self.oid.to_string_lossy(),
                 "the Ceph cluster has blocklisted this gateway's client: I/O refused, hosts \
-                 are sent to other paths; restart lanes serve to reconnect"
+                 are sent to other paths until a new client reconnects"
             );
         }
     }
