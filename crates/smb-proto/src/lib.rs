@@ -42,6 +42,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod auth;
+pub mod client;
 pub mod compound;
 pub mod credits;
 pub mod crypto;
