@@ -60,3 +60,4 @@ pub use error::{Answer, DecodeError};
 pub use framing::{DirectTcp, FrameKind};
 pub use header::{Command, Flags, Header, HeaderIds, HEADER_LEN};
 pub use status::NtStatus;
+pub use wire::{from_utf16le, utf16le};

@@ -319,3 +319,26 @@ fn av_pair_flags_carry_the_mic_bit() {
         .av_pairs
         .contains(&AvPair::timestamp(0x01DC_1234_5678_9ABC)));
 }
+
+#[test]
+fn a_write_head_and_its_data_decode_as_one_write() {
+    use smb_proto::msg::{FileId, Message as _, WriteRequest};
+    let w = WriteRequest {
+        offset: 1 << 20,
+        file_id: FileId {
+            persistent: 1,
+            volatile: 2,
+        },
+        flags: 0,
+        ..Default::default()
+    };
+    let mut msg = request_header(Command::Write, 5, 1, 1, 9, 3)
+        .to_bytes()
+        .to_vec();
+    w.encode_head(4, &mut msg);
+    msg.extend_from_slice(b"data");
+    let back = WriteRequest::decode(&msg).unwrap();
+    assert_eq!(back.data, b"data");
+    assert_eq!(back.offset, 1 << 20);
+    assert_eq!(back.file_id, w.file_id);
+}

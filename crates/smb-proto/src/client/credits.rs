@@ -60,6 +60,17 @@ impl ClientCredits {
         Some((id, charge))
     }
 
+    /// The CreditRequest for a request charging `charge`: the charge back plus 64 more while
+    /// the channel holds fewer than `target` credits, so a pipelined channel ramps up quickly
+    /// and then holds steady.
+    pub fn request_for(&self, charge: u16, target: u64) -> u16 {
+        if self.available < target {
+            charge.saturating_add(64)
+        } else {
+            charge
+        }
+    }
+
     /// Gives back credits taken for a request that was never sent.
     pub fn give_back(&mut self, charge: u16) {
         self.available += u64::from(charge);
