@@ -65,7 +65,8 @@ impl BenchPattern {
 pub struct BenchOptions {
     pub url: SmbUrl,
     pub password: String,
-    /// Channels of the session, the first one included.
+    /// Channels of the session, the first one included; 0: one per address (given or
+    /// advertised).
     pub channels: usize,
     /// Addresses to bind channels to; empty: the interfaces the server reports.
     pub addresses: Vec<IpAddr>,
@@ -155,7 +156,12 @@ async fn channel_targets(
         seen.push(*ip);
         new
     });
-    (1..opts.channels)
+    let channels = if opts.channels == 0 {
+        ips.len().min(32)
+    } else {
+        opts.channels
+    };
+    (1..channels)
         .filter_map(|i| ips.get(i % ips.len().max(1)).copied())
         .map(|ip| SocketAddr::new(ip, primary.port()))
         .collect()
