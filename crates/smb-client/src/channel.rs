@@ -312,28 +312,28 @@ impl Channel {
     }
 }
 
+/// Writes every part with vectored writes, without allocating (at most three parts).
 async fn write_all(w: &mut OwnedWriteHalf, parts: &[&[u8]]) -> std::io::Result<()> {
-    let mut parts: Vec<&[u8]> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
-    while !parts.is_empty() {
-        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut left: [&[u8]; 3] = [&[], &[], &[]];
+    for (slot, p) in left.iter_mut().zip(parts) {
+        *slot = p;
+    }
+    loop {
+        let [a, b, c] = left;
+        if a.is_empty() && b.is_empty() && c.is_empty() {
+            return Ok(());
+        }
+        let slices = [IoSlice::new(a), IoSlice::new(b), IoSlice::new(c)];
         let mut n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            let Some(first) = parts.first_mut() else {
-                break;
-            };
-            if n >= first.len() {
-                n -= first.len();
-                parts.remove(0);
-            } else {
-                *first = first.get(n..).unwrap_or(&[]);
-                n = 0;
-            }
+        for part in left.iter_mut() {
+            let take = n.min(part.len());
+            *part = part.get(take..).unwrap_or(&[]);
+            n -= take;
         }
     }
-    Ok(())
 }
 
 async fn read_loop(ch: Weak<Channel>, mut rd: OwnedReadHalf) {
