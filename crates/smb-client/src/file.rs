@@ -176,7 +176,14 @@ impl File {
             return Ok(Bytes::new());
         }
         let r = ReadResponse::decode(&resp)?;
-        let start = r.data.as_ptr() as usize - resp.as_ptr() as usize;
+        if r.data.is_empty() {
+            return Ok(Bytes::new());
+        }
+        // The data borrows `resp`; its offset there lets it go out as a slice of the frame.
+        let start = (r.data.as_ptr() as usize).saturating_sub(resp.as_ptr() as usize);
+        if resp.get(start..start + r.data.len()) != Some(r.data) {
+            return Err(SmbError::Protocol("READ data outside its response".into()));
+        }
         ch.counters
             .bytes_read
             .fetch_add(r.data.len() as u64, Ordering::Relaxed);
