@@ -281,6 +281,19 @@ impl Session {
         Ok(info(&ch))
     }
 
+    /// Takes the channel to `server` out of the session and closes its connection once the
+    /// requests in flight on it are answered or fail; new requests go to the other channels.
+    /// False when no such channel exists or it is the last one.
+    pub fn remove_channel(&self, server: SocketAddr) -> bool {
+        let mut chans = self.inner.channels.write();
+        if chans.len() < 2 {
+            return false;
+        }
+        let before = chans.len();
+        chans.retain(|c| c.peer != server);
+        chans.len() != before
+    }
+
     pub fn negotiated(&self) -> &ClientNegotiated {
         &self.inner.negotiated
     }

@@ -7,7 +7,7 @@ use lanes_smb_client::doctor::{advise, gather, speed};
 use lanes_smb_client::url::SmbUrl;
 use serde_json::json;
 
-use super::report::{Check, Report};
+use super::report::{Check, Report, Verdict};
 use super::DoctorArgs;
 use crate::bench::smb::password as smb_password;
 
@@ -139,6 +139,13 @@ pub async fn run(args: &DoctorArgs) -> anyhow::Result<()> {
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let failed = report.count(Verdict::Fail);
+    if failed > 0 {
+        anyhow::bail!(
+            "{failed} check{} failed",
+            if failed == 1 { "" } else { "s" }
+        );
     }
     Ok(())
 }
