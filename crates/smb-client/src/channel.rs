@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
-use smb_proto::client::ClientCredits;
+use smb_proto::client::{check_response_signature, ClientCredits};
 use smb_proto::crypto::kdf::CipherKey;
 use smb_proto::crypto::transform::{decrypt, encrypt, TRANSFORM_HEADER_LEN};
 use smb_proto::crypto::{Cipher, SigningKey};
@@ -292,20 +292,12 @@ impl Channel {
         let Some(w) = waiter else {
             return Ok(());
         };
-        let result = if w.verify && !encrypted {
-            match self.signing.get() {
-                Some(key) if h.flags.is_signed() => {
-                    if key.verify(&msg) {
-                        Ok(msg)
-                    } else {
-                        Err(SmbError::BadSignature)
-                    }
-                }
-                _ if h.nt_status().is_error() => Ok(msg),
-                _ => Err(SmbError::BadSignature),
-            }
-        } else {
-            Ok(msg)
+        let result = match (w.verify && !encrypted, self.signing.get()) {
+            (false, _) => Ok(msg),
+            (true, Some(key)) => check_response_signature(key, &msg)
+                .map(|()| msg)
+                .map_err(|_| SmbError::BadSignature),
+            (true, None) => Err(SmbError::BadSignature),
         };
         let _ = w.tx.send(result);
         Ok(())

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smb_proto::auth::ntlm_client::{ClientRandom, Credentials};
 use smb_proto::client::{
-    negotiate_request, settle, Binding, ClientNegotiateConfig, ClientNegotiated, SessionSetup,
-    SetupDone, SetupStep,
+    Binding, ClientConnection, ClientNegotiateConfig, ClientNegotiated, SessionSetup, SetupDone,
+    SetupStep,
 };
 use smb_proto::crypto::{Cipher, PreauthHash, SessionKeys, SigningAlgorithm, SigningKey};
 use smb_proto::msg::negotiate::{
@@ -18,7 +18,7 @@ use smb_proto::msg::negotiate::{
     SECURITY_SIGNING_REQUIRED,
 };
 use smb_proto::msg::session::SESSION_FLAG_ENCRYPT_DATA;
-use smb_proto::msg::{Message as _, NegotiateResponse, SessionSetupRequest};
+use smb_proto::msg::{Message as _, SessionSetupRequest};
 use smb_proto::{Command, Header, NtStatus};
 
 use crate::channel::{Channel, Encryption, Outgoing};
@@ -119,10 +119,11 @@ async fn open(
     client_guid: [u8; 16],
 ) -> Result<(Arc<Channel>, ClientNegotiated, PreauthHash), SmbError> {
     let ch = Channel::connect(addr, config.credit_target).await?;
-    let offer = config.offer(client_guid);
+    let mut conn = ClientConnection::new(config.offer(client_guid));
     let salt: [u8; 32] = rand::random();
-    let mut body = Vec::new();
-    negotiate_request(&offer, &salt).encode(&mut body);
+    let body = conn
+        .negotiate_body(&salt)
+        .map_err(|e| SmbError::from_client(Command::Negotiate, e))?;
     let (resp, sent) = ch
         .call(
             Outgoing {
@@ -138,13 +139,14 @@ async fn open(
             true,
         )
         .await?;
-    check(&resp, Command::Negotiate)?;
-    let neg = settle(&offer, &NegotiateResponse::decode(&resp)?)
-        .map_err(|e| SmbError::from_client(Command::Negotiate, e))?;
+    let fail = |e| SmbError::from_client(Command::Negotiate, e);
+    conn.sent_negotiate(sent.as_deref().unwrap_or(&[]))
+        .map_err(fail)?;
+    let neg = conn.on_negotiate_response(&resp).map_err(fail)?.clone();
+    let preauth = conn
+        .preauth()
+        .ok_or_else(|| SmbError::Protocol("NEGOTIATE did not settle".into()))?;
     ch.set_large_mtu(neg.large_mtu());
-    let mut preauth = PreauthHash::default();
-    preauth.update(sent.as_deref().unwrap_or(&[]));
-    preauth.update(&resp);
     Ok((ch, neg, preauth))
 }
 
@@ -387,18 +389,6 @@ fn info(c: &Channel) -> ChannelInfo {
         credits: c.credits(),
         closed: c.is_closed(),
     }
-}
-
-/// A response's status as an error, unless it is a success.
-pub(crate) fn check(resp: &[u8], command: Command) -> Result<Header, SmbError> {
-    let h = Header::decode(resp)?;
-    if h.nt_status() != NtStatus::SUCCESS {
-        return Err(SmbError::Status {
-            command,
-            status: h.nt_status(),
-        });
-    }
-    Ok(h)
 }
 
 /// Now as a FILETIME (100 ns since 1601), for the NTLMv2 response.

@@ -4,11 +4,13 @@
 //! and credits. A driver moves the bytes; nothing here reads a clock or draws random bytes.
 
 pub mod auth;
+pub mod connection;
 pub mod credits;
 pub mod negotiate;
 pub mod setup;
 
 pub use auth::ClientAuth;
+pub use connection::{check_response_signature, ClientConnection};
 pub use credits::ClientCredits;
 pub use negotiate::{negotiate_request, settle, ClientNegotiateConfig, ClientNegotiated};
 pub use setup::{Binding, SessionSetup, SetupDone, SetupStep};
