@@ -180,6 +180,15 @@ impl Channel {
                     st.pending.insert(id, Waiter { tx, verify });
                     break (id, charge, request);
                 }
+                if st.pending.is_empty() {
+                    // Credits come only with responses: with none outstanding, waiting would
+                    // never end.
+                    return Err(SmbError::Protocol(format!(
+                        "the server left {} credits, {} needed, and nothing outstanding",
+                        st.credits.available(),
+                        st.credits.charge(out.payload)
+                    )));
+                }
             }
             notified.await;
         };

@@ -71,3 +71,48 @@ async fn garbage_answers_are_errors() {
         assert!(r.is_err(), "{what}: accepted");
     }
 }
+
+/// A NEGOTIATE response from lanes' server with its CreditResponse rewritten to 0: the client
+/// cannot send SESSION_SETUP and says so instead of waiting for a credit that never comes.
+#[tokio::test]
+async fn a_server_that_grants_no_credit_is_an_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = lanes_smb_server::SmbConfig::new(dir.path());
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    let server = lanes_smb_server::SmbServer::start(cfg, lanes_smb_server::Users::new())
+        .await
+        .unwrap();
+    let upstream_addr = server.addrs[0];
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (client, _) = l.accept().await.unwrap();
+        let upstream = tokio::net::TcpStream::connect(upstream_addr).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut ur, mut uw) = upstream.into_split();
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut cr, &mut uw).await;
+        });
+        loop {
+            let mut prefix = [0u8; 4];
+            if ur.read_exact(&mut prefix).await.is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, prefix[1], prefix[2], prefix[3]]) as usize;
+            let mut frame = vec![0u8; len];
+            ur.read_exact(&mut frame).await.unwrap();
+            frame[14..16].copy_from_slice(&0u16.to_le_bytes());
+            if cw.write_all(&prefix).await.is_err() || cw.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        Session::connect(addr, ClientConfig::new("u", "p")),
+    )
+    .await
+    .expect("no hang");
+    let err = r.err().expect("refused");
+    assert!(err.to_string().contains("credits"), "{err}");
+}

@@ -100,5 +100,7 @@ mod tests {
         assert_eq!(c.take(1), Some((19, 1)));
         c.give_back(1);
         assert_eq!(c.available(), 2);
+        assert_eq!(c.request_for(16, 512), 80, "ramps up below the target");
+        assert_eq!(c.request_for(16, 2), 16, "holds steady at it");
     }
 }
