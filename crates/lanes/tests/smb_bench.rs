@@ -140,3 +140,34 @@ fn bench_and_doctor_over_two_channels() {
         "{out:?}"
     );
 }
+
+#[test]
+fn smb_bench_errors_are_one_line() {
+    let run = |args: &[&str]| {
+        let out = lanes()
+            .arg("bench")
+            .args(args)
+            .env("LANES_SMB_PASSWORD", "x")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        err
+    };
+    let e = run(&["smb://127.0.0.1/share"]);
+    assert!(e.contains("no USER@"), "{e}");
+    let e = run(&["smb://u@127.0.0.1:1/share", "--pattern", "5k-x"]);
+    assert!(e.contains("pattern '5k-x'"), "{e}");
+    let e = run(&["smb://u@127.0.0.1:1/share", "--duration", "1s"]);
+    assert!(e.contains("connect to 127.0.0.1:1"), "{e}");
+    let out = lanes()
+        .args(["bench", "smb://u@127.0.0.1:1/share"])
+        .env_remove("LANES_SMB_PASSWORD")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--password-file"),
+        "{out:?}"
+    );
+}

@@ -172,9 +172,9 @@ pub async fn run(
     opts: &BenchOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<BenchReport, SmbError> {
-    if opts.channels == 0 || opts.channels > 32 || opts.queue_depth == 0 {
+    if opts.channels > 32 || opts.queue_depth == 0 {
         return Err(SmbError::Usage(
-            "channels must be 1..=32 and the queue depth at least 1".into(),
+            "channels must be at most 32 and the queue depth at least 1".into(),
         ));
     }
     let primary = opts.url.addr()?;

@@ -54,6 +54,12 @@ async fn bench_runs_every_pattern_over_two_channels() {
             "both channels carry {p:?}"
         );
     }
+    // Without a channel count: one channel per advertised address.
+    let mut auto = opts.clone();
+    auto.channels = 0;
+    auto.patterns.truncate(1);
+    let r = bench::run(&auto, |_| {}).await.unwrap();
+    assert_eq!(r.channels.len(), 2);
     // --address overrides the interface list; an unreachable one is reported, not fatal.
     let mut opts = opts;
     opts.channels = 2;
