@@ -42,6 +42,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod auth;
+pub mod client;
 pub mod compound;
 pub mod credits;
 pub mod crypto;
@@ -59,3 +60,4 @@ pub use error::{Answer, DecodeError};
 pub use framing::{DirectTcp, FrameKind};
 pub use header::{Command, Flags, Header, HeaderIds, HEADER_LEN};
 pub use status::NtStatus;
+pub use wire::{from_utf16le, utf16le};

@@ -13,6 +13,7 @@ mod histogram;
 mod iscsi;
 mod meter;
 mod pattern;
+pub(crate) mod smb;
 mod verify;
 mod workload;
 
@@ -48,16 +49,19 @@ enum BenchCommand {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// What to measure: iscsi://[user%secret@]HOST[:PORT]/IQN/LUN, a block device, or a file
-    /// (a path that does not exist is created with --size bytes and written once).
+    /// What to measure: iscsi://[user%secret@]HOST[:PORT]/IQN/LUN,
+    /// smb://[DOMAIN;]USER@HOST[:PORT]/SHARE[/FILE], a block device, or a file (a path that does
+    /// not exist is created with --size bytes and written once).
     #[arg(value_name = "TARGET", required = true)]
     target: Option<String>,
     /// Patterns, comma-separated or repeated: 4k-randread, 4k-randwrite, 8k-randrw-67,
     /// 8k-seqrw-67, 64k-seqread, 64k-seqwrite, 128k-seqread, 256k-seqread, 256k-seqwrite,
-    /// 1m-seqread-qd1.
-    #[arg(long, value_delimiter = ',', required = true, value_name = "P")]
+    /// 1m-seqread-qd1. SMB takes SIZE-seqread, SIZE-seqwrite, SIZE-randread, SIZE-randwrite
+    /// [SMB default: 1m-seqread,1m-seqwrite,4k-randread,4k-randwrite].
+    #[arg(long, value_delimiter = ',', value_name = "P")]
     pattern: Vec<String>,
-    /// iSCSI: sessions (each its own ISID and connection); files: threads.
+    /// iSCSI: sessions (each its own ISID and connection); files: threads; SMB: I/Os in flight
+    /// are threads x depth.
     #[arg(long, default_value_t = 8)]
     threads: usize,
     /// Outstanding I/Os per thread.
@@ -87,6 +91,8 @@ struct RunArgs {
     /// Initiator name used to log in.
     #[arg(long, default_value = DEFAULT_INITIATOR)]
     initiator_name: String,
+    #[command(flatten)]
+    smb: smb::SmbArgs,
 }
 
 /// The validated options every driver runs with.
@@ -110,6 +116,9 @@ impl Settings {
             .iter()
             .map(|p| pattern::pattern(p.trim()))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if patterns.is_empty() {
+            bail!("give at least one --pattern");
+        }
         if args.threads == 0 || args.depth == 0 || args.threads > 256 || args.depth > 128 {
             bail!("--threads must be 1..=256 and --depth 1..=128");
         }
@@ -177,6 +186,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run_bench(args: RunArgs) -> anyhow::Result<()> {
     let target = args.target.clone().context("give a TARGET")?;
+    if target.starts_with("smb://") {
+        return smb::run(&target, &args).await;
+    }
     let settings = Settings::new(&args)?;
     if args.chart.is_some() {
         // A missing font should not cost a whole run first.

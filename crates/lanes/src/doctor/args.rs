@@ -12,6 +12,7 @@ use lanes_initiator::{IscsiUrl, UrlError};
 pub struct DoctorArgs {
     /// iscsi://[user%secret@]HOST[:PORT][/IQN[/LUN]]; give several when discovery does not list
     /// every portal. Without an IQN every target found is checked, without a LUN every disk LUN.
+    /// Or smb://[DOMAIN;]USER@HOST[:PORT]/SHARE for an SMB server's multichannel set-up.
     #[arg(value_name = "URL", required = true)]
     pub urls: Vec<String>,
     /// CHAP user name (one-way CHAP).
@@ -33,6 +34,12 @@ pub struct DoctorArgs {
     /// Length of each throughput measurement (e.g. 3s, 500ms).
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub probe_time: Duration,
+    /// SMB: file holding the password (one line) [default: $LANES_SMB_PASSWORD].
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// SMB: ask for encryption (AES-128-GCM) and report whether the server grants it.
+    #[arg(long)]
+    pub encrypt: bool,
     /// Limit for a connect and login, and for each command.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,

@@ -16,6 +16,7 @@ mod gather;
 mod local;
 mod probe;
 mod report;
+mod smb;
 
 use std::net::SocketAddr;
 
@@ -49,6 +50,9 @@ impl Out {
 }
 
 pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    if args.urls.iter().any(|u| u.starts_with("smb://")) {
+        return smb::run(&args).await;
+    }
     let urls: Vec<DoctorUrl> = args
         .urls
         .iter()

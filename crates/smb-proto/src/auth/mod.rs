@@ -1,8 +1,9 @@
-//! Authentication: server-side NTLMv2 (MS-NLMP) and the SPNEGO (RFC 4178, MS-SPNG) tokens that
+//! Authentication: client- and server-side NTLMv2 (MS-NLMP) and the SPNEGO (RFC 4178, MS-SPNG) tokens that
 //! carry it in SESSION_SETUP.
 
 pub mod der;
 pub mod ntlm;
+pub mod ntlm_client;
 pub mod ntlm_server;
 pub(crate) mod rc4;
 pub mod spnego;

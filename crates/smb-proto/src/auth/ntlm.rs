@@ -1,4 +1,5 @@
-//! NTLM messages (MS-NLMP 2.2): NEGOTIATE and AUTHENTICATE are parsed, CHALLENGE is built.
+//! NTLM messages (MS-NLMP 2.2), each one type that encodes and decodes: the server parses
+//! NEGOTIATE and AUTHENTICATE and builds CHALLENGE; the client does the reverse.
 
 use crate::error::DecodeError;
 use crate::wire::{from_utf16le, put_u16, put_u32, utf16le, Reader};
@@ -141,6 +142,27 @@ impl<'a> NegotiateMessage<'a> {
             workstation,
         })
     }
+
+    /// The message with an 8-byte VERSION after the fixed fields (MS-NLMP 2.2.1.1); the domain
+    /// and workstation are sent only when non-empty (OEM bytes, as the spec has them).
+    pub fn encode(&self, version: [u8; 8]) -> Vec<u8> {
+        let base = 40u32;
+        let mut out = Vec::with_capacity(40 + self.domain.len() + self.workstation.len());
+        out.extend_from_slice(SIGNATURE);
+        put_u32(&mut out, 1);
+        put_u32(&mut out, self.flags);
+        let mut at = base;
+        for f in [self.domain, self.workstation] {
+            put_u16(&mut out, f.len() as u16);
+            put_u16(&mut out, f.len() as u16);
+            put_u32(&mut out, if f.is_empty() { 0 } else { at });
+            at += f.len() as u32;
+        }
+        out.extend_from_slice(&version);
+        out.extend_from_slice(self.domain);
+        out.extend_from_slice(self.workstation);
+        out
+    }
 }
 
 /// A CHALLENGE message to send. `version` is the 8-byte VERSION structure.
@@ -169,6 +191,48 @@ impl ChallengeMessage {
             | VERSION
             | NEG_128;
         always | (client & (SIGN | SEAL | KEY_EXCH | NEG_56))
+    }
+
+    /// Parses a CHALLENGE (MS-NLMP 2.2.1.2). The target name is read as UTF-16LE when the
+    /// flags say UNICODE; a missing target info is an empty list.
+    pub fn decode(buf: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = header(buf, 2)?;
+        let (name, _) = field(buf, &mut r)?;
+        let flags = r.u32()?;
+        let server_challenge = r.array()?;
+        r.skip(8)?;
+        let (info, info_off) = field(buf, &mut r)?;
+        let version = if flags & flags::VERSION != 0 && buf.len() >= 56 {
+            r.array()?
+        } else {
+            [0; 8]
+        };
+        let target_name = if flags & flags::UNICODE != 0 {
+            from_utf16le(name, "NTLM target name")?
+        } else {
+            String::from_utf8_lossy(name).into_owned()
+        };
+        let target_info = if info_off == usize::MAX {
+            Vec::new()
+        } else {
+            parse_av_pairs(info)?
+        };
+        Ok(ChallengeMessage {
+            target_name,
+            flags,
+            server_challenge,
+            target_info,
+            version,
+        })
+    }
+
+    /// The MsvAvTimestamp the server sent, if any.
+    pub fn timestamp(&self) -> Option<u64> {
+        self.target_info
+            .iter()
+            .find(|p| p.id == av::TIMESTAMP)
+            .and_then(|p| p.value.as_slice().try_into().ok())
+            .map(u64::from_le_bytes)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -246,6 +310,48 @@ impl<'a> AuthenticateMessage<'a> {
             flags,
             mic,
         })
+    }
+
+    /// The message as a client sends it (MS-NLMP 2.2.1.3): the fixed fields, the 8-byte
+    /// VERSION, the MIC when `mic` is Some (zeros until the caller patches it in at
+    /// [`MIC_OFFSET`]), then the payload in the order domain, user, workstation, LM response,
+    /// NT response, encrypted session key.
+    pub fn encode(&self, version: [u8; 8]) -> Vec<u8> {
+        let fixed = 64 + 8 + if self.mic.is_some() { 16 } else { 0 };
+        let payload = [
+            self.domain,
+            self.user,
+            self.workstation,
+            self.lm_response,
+            self.nt_response,
+            self.encrypted_random_session_key,
+        ];
+        let mut offsets = [0u32; 6];
+        let mut at = fixed as u32;
+        for (o, p) in offsets.iter_mut().zip(payload) {
+            *o = at;
+            at += p.len() as u32;
+        }
+        let mut out = Vec::with_capacity(at as usize);
+        out.extend_from_slice(SIGNATURE);
+        put_u32(&mut out, 3);
+        // The fields are listed LM, NT, domain, user, workstation, key.
+        for i in [3usize, 4, 0, 1, 2, 5] {
+            let (p, o) = (
+                payload.get(i).copied().unwrap_or(&[]),
+                offsets.get(i).copied().unwrap_or(0),
+            );
+            put_u16(&mut out, p.len() as u16);
+            put_u16(&mut out, p.len() as u16);
+            put_u32(&mut out, o);
+        }
+        put_u32(&mut out, self.flags);
+        out.extend_from_slice(&version);
+        if let Some(m) = self.mic {
+            out.extend_from_slice(&m);
+        }
+        payload.iter().for_each(|p| out.extend_from_slice(p));
+        out
     }
 
     pub fn user_name(&self) -> Result<String, DecodeError> {

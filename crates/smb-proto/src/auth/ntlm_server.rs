@@ -18,7 +18,7 @@ use crate::wire::utf16le;
 
 type HmacMd5 = Hmac<Md5>;
 
-fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
+pub(crate) fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     // HMAC accepts keys of any length.
     let Ok(mut m) = <HmacMd5 as Mac>::new_from_slice(key) else {
         return [0; 16];
@@ -189,6 +189,12 @@ pub struct NtlmSession {
     pub client_timestamp: u64,
     pub keys: NtlmKeys,
     pub gss: GssKeysDebug,
+}
+
+impl std::fmt::Debug for GssKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GssKeys(..)")
+    }
 }
 
 /// GssKeys that print without their bytes.

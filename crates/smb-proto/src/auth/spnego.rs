@@ -166,3 +166,29 @@ pub fn neg_token_resp(
     }
     tlv(0xA1, &tlv(0x30, &seq))
 }
+
+/// The DER MechTypeList a client offering NTLMSSP only sends; its mechListMIC signs these
+/// bytes.
+pub fn ntlm_mech_types() -> Vec<u8> {
+    tlv(0x30, &tlv(0x06, OID_NTLMSSP))
+}
+
+/// The client's first token: an InitialContextToken whose NegTokenInit offers NTLMSSP and
+/// carries the NTLM NEGOTIATE as mechToken.
+pub fn neg_token_init(mech_token: &[u8]) -> Vec<u8> {
+    let mut seq = tlv(0xA0, &ntlm_mech_types());
+    seq.extend_from_slice(&tlv(0xA2, &tlv(0x04, mech_token)));
+    let init = tlv(0x30, &seq);
+    let mut inner = tlv(0x06, OID_SPNEGO);
+    inner.extend_from_slice(&tlv(0xA0, &init));
+    tlv(0x60, &inner)
+}
+
+/// A client's NegTokenResp: no negState, the NTLM message and the mechListMIC.
+pub fn client_neg_token_resp(response_token: &[u8], mech_list_mic: Option<&[u8]>) -> Vec<u8> {
+    let mut seq = tlv(0xA2, &tlv(0x04, response_token));
+    if let Some(m) = mech_list_mic {
+        seq.extend_from_slice(&tlv(0xA3, &tlv(0x04, m)));
+    }
+    tlv(0xA1, &tlv(0x30, &seq))
+}

@@ -136,6 +136,23 @@ pub struct WriteRequest<'a> {
     pub data: &'a [u8],
 }
 
+impl WriteRequest<'_> {
+    /// The 48-byte fixed part announcing `data_len` bytes of data right after it, so a client
+    /// sends the payload as a second slice of one vectored write (no write channel info).
+    pub fn encode_head(&self, data_len: u32, out: &mut Vec<u8>) {
+        put_u16(out, 49);
+        put_u16(out, HEADER_LEN as u16 + 48);
+        put_u32(out, data_len);
+        put_u64(out, self.offset);
+        self.file_id.write(out);
+        put_u32(out, self.channel);
+        put_u32(out, self.remaining_bytes);
+        put_u16(out, 0);
+        put_u16(out, 0);
+        put_u32(out, self.flags);
+    }
+}
+
 impl<'a> Message<'a> for WriteRequest<'a> {
     const STRUCTURE_SIZE: u16 = 49;
     const NAME: &'static str = "WRITE request";
