@@ -181,7 +181,8 @@ impl PrProbe {
             Ok(()) => *c = vec![key],
             // Failed or unanswered: it may or may not have been installed (0: the nexus may
             // still have no registration at all).
-            Err(_) => {
+            Err(why) => {
+                eprintln!("reservation change {key} through {portal}: not answered GOOD: {why}");
                 self.unanswered += 1;
                 if c.is_empty() {
                     c.push(0);
