@@ -278,8 +278,13 @@ pub fn orphan_or_close(
 ) {
     for open in opens {
         let durable = *open.durable.lock();
+        // An open whose lease or oplock is being broken is not kept: nobody is left to
+        // acknowledge the break, and the CREATE that caused it waits for this open to close
+        // (a connection that ends while the break is on its way: otherwise the CREATE would
+        // wait out the break timeout, and get less than the open it asked for).
         let kept = durable
             .filter(|_| !open.closed.load(Ordering::Acquire))
+            .filter(|_| !breaking(server, &open))
             .and_then(|d| {
                 let mut orphans = server.orphans.lock();
                 if orphans.len() >= MAX_ORPHANS {
@@ -314,6 +319,15 @@ pub fn orphan_or_close(
             None => super::open::close_open(server, &open),
         }
     }
+}
+
+/// Whether a break of the lease or oplock `open` is under is waiting for its acknowledgment.
+fn breaking(server: &Server, open: &Open) -> bool {
+    server.files.lock().get(&open.key).is_some_and(|st| {
+        st.holders
+            .iter()
+            .any(|h| h.breaking.is_some() && h.opens.contains(&open.volatile))
+    })
 }
 
 /// Closes the orphans whose deadline has passed; returns how many.
