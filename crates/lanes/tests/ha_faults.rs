@@ -20,20 +20,21 @@
 #[path = "ha_rig/caw_probe.rs"]
 mod caw_probe;
 mod ha_rig;
+#[path = "ha_rig/load.rs"]
+mod load;
 #[path = "ha_rig/oracle.rs"]
 mod oracle;
 #[path = "ha_rig/pr_probe.rs"]
 mod pr_probe;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use caw_probe::CawProbe;
 use ha_rig::*;
 use lanes_test_support::serve::Signal;
-use oracle::Slot;
+use load::Load;
 use pr_probe::PrProbe;
 
 const WORKERS: u64 = 8;
@@ -108,95 +109,6 @@ fn relay() -> lanes_lab::RelayCommand {
     ])
 }
 
-struct Load {
-    stop: Arc<AtomicBool>,
-    errors: Arc<AtomicU64>,
-    done: Arc<AtomicU64>,
-    worst: Arc<Mutex<Duration>>,
-    violations: Arc<Mutex<Vec<String>>>,
-    slots: Arc<Mutex<Vec<Slot>>>,
-}
-
-impl Load {
-    fn new() -> Load {
-        Load {
-            stop: Arc::default(),
-            errors: Arc::default(),
-            done: Arc::default(),
-            worst: Arc::default(),
-            violations: Arc::default(),
-            slots: Arc::new(Mutex::new(vec![
-                Slot::default();
-                (WORKERS * SLOTS) as usize
-            ])),
-        }
-    }
-
-    /// One worker: writes 2 of 3 requests to its own slots, reads the third and checks it.
-    async fn worker(&self, mp: Arc<lanes_initiator::Multipath>, w: u64) {
-        let mut v = 0u64;
-        while !self.stop.load(Ordering::Relaxed) {
-            v += 1;
-            let slot = (w * SLOTS + v * 7 % SLOTS) as usize;
-            let offset = slot as u64 * BS as u64;
-            let write = !v.is_multiple_of(3);
-            let start = Instant::now();
-            if write {
-                let r = mp.write(offset, Bytes::from(oracle::block(offset, w, v)), false);
-                match r.await {
-                    Ok(()) => self.slots.lock().unwrap()[slot].acknowledged(v),
-                    Err(e) => {
-                        eprintln!("worker {w}: write at {offset}: {e}");
-                        self.errors.fetch_add(1, Ordering::Relaxed);
-                        self.slots.lock().unwrap()[slot].maybe = Some(v);
-                    }
-                }
-            } else {
-                let expected = self.slots.lock().unwrap()[slot];
-                match mp.read(offset, BS as u32).await {
-                    Ok(got) => {
-                        let checked = oracle::decode(&got, offset)
-                            .and_then(|seen| expected.check(&seen, w, offset));
-                        if let Err(why) = checked {
-                            self.violations.lock().unwrap().push(why);
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("worker {w}: read at {offset}: {e}");
-                        self.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            let took = start.elapsed();
-            let mut m = self.worst.lock().unwrap();
-            *m = (*m).max(took);
-            drop(m);
-            self.done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn clone_handles(&self) -> Load {
-        Load {
-            stop: self.stop.clone(),
-            errors: self.errors.clone(),
-            done: self.done.clone(),
-            worst: self.worst.clone(),
-            violations: self.violations.clone(),
-            slots: self.slots.clone(),
-        }
-    }
-
-    /// Waits (bounded) until `n` more requests completed.
-    fn progress(&self, n: u64, what: &str) {
-        let start = self.done.load(Ordering::Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.done.load(Ordering::Relaxed) < start + n {
-            assert!(Instant::now() < deadline, "no progress: {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
 /// Both nodes Paired (bounded); meanwhile no two nodes Alone in one epoch.
 fn wait_paired(rig: &Rig, up: [bool; 2], violations: &Mutex<Vec<String>>) -> Duration {
     let start = Instant::now();
@@ -240,16 +152,12 @@ fn faults_under_load_lose_no_acknowledged_write() {
     // Writes stay in process memory until a flush: every kill -9 is a power loss.
     let mut rig = pair_rig_with("hf", "volatile-cache = true\n");
     let mp = attach_four_paths(&mut rig);
-    let load = Load::new();
+    let load = Arc::new(Load::new(WORKERS, SLOTS));
     let workers = rig.in_host({
-        let (mp, handles) = (mp.clone(), load.clone_handles());
+        let (mp, load) = (mp.clone(), load.clone());
         async move {
-            let handles = Arc::new(handles);
             (0..WORKERS)
-                .map(|w| {
-                    let (mp, h) = (mp.clone(), handles.clone());
-                    tokio::spawn(async move { h.worker(mp, w).await })
-                })
+                .map(|w| tokio::spawn(load.clone().worker(mp.clone(), w)))
                 .collect::<Vec<_>>()
         }
     });

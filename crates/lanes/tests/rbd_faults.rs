@@ -24,6 +24,8 @@
 #[allow(dead_code)]
 #[path = "ha_rig/caw_probe.rs"]
 mod caw_probe;
+#[path = "ha_rig/load.rs"]
+mod load;
 #[path = "ha_rig/oracle.rs"]
 mod oracle;
 #[path = "ha_rig/pr_probe.rs"]
@@ -31,17 +33,16 @@ mod pr_probe;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use caw_probe::CawProbe;
 use lanes_initiator::multipath::{MultipathConfig, PortalConfig};
 use lanes_initiator::{LoginOptions, Multipath, Session};
 use lanes_test_support::ceph::Cluster;
 use lanes_test_support::serve::{ServeChild, ServeCommand, Signal};
-use oracle::Slot;
+use load::Load;
 use pr_probe::PrProbe;
 
 /// The target every gateway exports (the probes log in to it).
@@ -244,82 +245,6 @@ impl Drop for Blackhole {
     }
 }
 
-struct Load {
-    stop: AtomicBool,
-    errors: AtomicU64,
-    done: AtomicU64,
-    worst: Mutex<Duration>,
-    violations: Mutex<Vec<String>>,
-    slots: Mutex<Vec<Slot>>,
-}
-
-impl Load {
-    fn new() -> Load {
-        Load {
-            stop: AtomicBool::new(false),
-            errors: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            worst: Mutex::new(Duration::ZERO),
-            violations: Mutex::new(Vec::new()),
-            slots: Mutex::new(vec![Slot::default(); (WORKERS * SLOTS) as usize]),
-        }
-    }
-
-    /// One worker: writes 2 of 3 requests to its own slots, reads the third and checks it.
-    async fn worker(self: Arc<Self>, mp: Arc<Multipath>, w: u64) {
-        let mut v = 0u64;
-        while !self.stop.load(Ordering::Relaxed) {
-            v += 1;
-            let slot = (w * SLOTS + v * 7 % SLOTS) as usize;
-            let offset = slot as u64 * BS as u64;
-            let start = Instant::now();
-            if !v.is_multiple_of(3) {
-                match mp
-                    .write(offset, Bytes::from(oracle::block(offset, w, v)), false)
-                    .await
-                {
-                    Ok(()) => self.slots.lock().unwrap()[slot].acknowledged(v),
-                    Err(e) => {
-                        eprintln!("worker {w}: write at {offset}: {e}");
-                        self.errors.fetch_add(1, Ordering::Relaxed);
-                        self.slots.lock().unwrap()[slot].maybe = Some(v);
-                    }
-                }
-            } else {
-                let expected = self.slots.lock().unwrap()[slot];
-                match mp.read(offset, BS as u32).await {
-                    Ok(got) => {
-                        let checked = oracle::decode(&got, offset)
-                            .and_then(|seen| expected.check(&seen, w, offset));
-                        if let Err(why) = checked {
-                            self.violations.lock().unwrap().push(why);
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("worker {w}: read at {offset}: {e}");
-                        self.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            let took = start.elapsed();
-            let mut m = self.worst.lock().unwrap();
-            *m = (*m).max(took);
-            drop(m);
-            self.done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Waits (bounded) until `n` more requests completed.
-    fn progress(&self, n: u64, what: &str) {
-        let start = self.done.load(Ordering::Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.done.load(Ordering::Relaxed) < start + n {
-            assert!(Instant::now() < deadline, "no progress: {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
 /// Whether the gateway at `portal` answers TEST UNIT READY with GOOD (after any unit
 /// attention), in a session of its own.
 async fn serving(portal: &str) -> bool {
@@ -401,7 +326,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
     all_paths(&mp, "after attach");
     assert_eq!(mp.status().paths.len(), GATEWAYS);
 
-    let load = Arc::new(Load::new());
+    let load = Arc::new(Load::new(WORKERS, SLOTS));
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| rt.spawn(load.clone().worker(mp.clone(), w)))
         .collect();
