@@ -6,7 +6,7 @@ use crate::login_phase::ConnectionPolicy;
 use crate::pool::BufferPool;
 use crate::send_queue::{Backlog, OutSender};
 use crate::server::{Portal, Server};
-use crate::session::{ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
+use crate::session::{Begin, ConnectionHandle, Delivery, ReleasedCommand, Session, TaskEntry};
 use crate::stats::ConnectionStats;
 use crate::writer::{Outbound, Writer};
 
@@ -556,6 +556,7 @@ impl Connection {
                 lun: c.lun,
                 cid: self.cid,
                 aborted: false,
+                tas: false,
                 executing: false,
                 ordered,
             },
@@ -567,20 +568,22 @@ impl Connection {
             self.try_execute_write(itt);
             return;
         }
-        if self.session.begin_execution(itt) {
-            let luns =
-                crate::target::LunView::current(&mut self.luns, self.session.target.as_deref());
-            crate::exec::spawn(
-                self.session.clone(),
-                self.out.clone(),
-                &self.pool,
-                luns,
-                c,
-                Vec::new(),
-                0,
-                0,
-            );
+        match self.session.begin_execution(itt) {
+            Begin::Execute => {}
+            Begin::Over => return,
+            Begin::AnswerAborted => return crate::exec::aborted(&self.session, &self.out, &c),
         }
+        let luns = crate::target::LunView::current(&mut self.luns, self.session.target.as_deref());
+        crate::exec::spawn(
+            self.session.clone(),
+            self.out.clone(),
+            &self.pool,
+            luns,
+            c,
+            Vec::new(),
+            0,
+            0,
+        );
     }
 
     /// Logout (RFC 7143 11.14): close the session, this connection, or another one.

@@ -185,8 +185,34 @@ fn respond(
         write_received: f.received,
         r2t_count: f.r2t_count,
     };
-    session.finish_task(cmd.itt, || {
+    session.finish_task(cmd.itt, |aborted| {
+        let done = if aborted { aborted_done(cmd) } else { done };
         let _ = out.send(Outbound::Scsi(done));
+    });
+}
+
+/// The answer to a task that task management from another I_T nexus aborted: TASK ABORTED,
+/// no data, no sense (SAM-5 5.6, the control mode page's TAS bit).
+fn aborted_done(cmd: &ScsiCommand) -> ScsiDone {
+    ScsiDone {
+        itt: cmd.itt,
+        lun: cmd.lun,
+        status: scsi::status::TASK_ABORTED,
+        sense: None,
+        data_in: Bytes::new(),
+        edtl: cmd.expected_data_length,
+        read: cmd.read,
+        write: cmd.write,
+        write_expected: None,
+        write_received: 0,
+        r2t_count: 0,
+    }
+}
+
+/// Ends `cmd`, aborted by another nexus's task management before it ran, with TASK ABORTED.
+pub fn aborted(session: &Session, out: &OutSender, cmd: &ScsiCommand) {
+    session.finish_task(cmd.itt, |_| {
+        let _ = out.send(Outbound::Scsi(aborted_done(cmd)));
     });
 }
 
@@ -205,7 +231,8 @@ pub fn fail(session: &Arc<Session>, out: &OutSender, cmd: &ScsiCommand, sense: B
         write_received: 0,
         r2t_count: 0,
     };
-    session.finish_task(cmd.itt, || {
+    session.finish_task(cmd.itt, |aborted| {
+        let done = if aborted { aborted_done(cmd) } else { done };
         let _ = out.send(Outbound::Scsi(done));
     });
 }

@@ -48,10 +48,26 @@ pub struct TaskEntry {
     pub cid: u16,
     /// Set by ABORT TASK and friends: the response must not be sent.
     pub aborted: bool,
+    /// Aborted by task management received on another I_T nexus (a LOGICAL UNIT RESET from
+    /// another host): with TAS set in the control mode page (SPC-4 7.5.8) the task is answered
+    /// TASK ABORTED instead of vanishing, so its host retries at once rather than waiting out
+    /// its command timeout.
+    pub tas: bool,
     /// Handed to the logical unit; until then an abort ends the task at once.
     pub executing: bool,
     /// Released by the CmdSN orderer: its end reopens the window by one.
     pub ordered: bool,
+}
+
+/// What becomes of a task whose turn has come ([`Session::begin_execution`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// Hand it to the logical unit.
+    Execute,
+    /// Aborted from its own nexus: it is over, with no response.
+    Over,
+    /// Aborted from another nexus: answer TASK ABORTED ([`crate::exec::aborted`]).
+    AnswerAborted,
 }
 
 /// A session (RFC 7143 3.3): shared by all its connections.
@@ -184,19 +200,20 @@ impl Session {
     }
 
     pub fn task_done(&self, itt: u32) {
-        self.finish_task(itt, || ());
+        self.finish_task(itt, |_| ());
     }
 
     /// Ends a task, running `respond` (which queues its response) under the task-table lock
     /// unless the task was aborted: a task is either answered or aborted, never both, so an
     /// ABORT TASK racing with completion gets "task does not exist" exactly when the response
-    /// went out (RFC 7143 11.5.1).
-    pub fn finish_task(&self, itt: u32, respond: impl FnOnce()) {
+    /// went out (RFC 7143 11.5.1). A task aborted from another I_T nexus is answered TASK
+    /// ABORTED: `respond(true)`.
+    pub fn finish_task(&self, itt: u32, respond: impl FnOnce(bool)) {
         {
             let mut tasks = self.tasks.lock();
             let ordered = match tasks.get(&itt) {
-                Some(t) if !t.aborted => {
-                    respond();
+                Some(t) if !t.aborted || t.tas => {
+                    respond(t.aborted);
                     t.ordered
                 }
                 Some(t) => t.ordered,
@@ -249,21 +266,28 @@ impl Session {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Marks the task ready to execute; false if it was aborted meanwhile (then it is over).
-    pub fn begin_execution(&self, itt: u32) -> bool {
+    /// Marks the task ready to execute, unless it was aborted meanwhile.
+    pub fn begin_execution(&self, itt: u32) -> Begin {
         let mut tasks = self.tasks.lock();
         match tasks.get_mut(&itt) {
             Some(t) if !t.aborted => {
                 t.executing = true;
-                true
+                Begin::Execute
             }
-            _ => false,
+            Some(t) if t.tas => Begin::AnswerAborted,
+            _ => Begin::Over,
         }
     }
 
     /// Aborts the tasks matching `pred`. Tasks not yet executing end at once; the tags of
-    /// those executing are returned, to wait for with `wait_until`.
-    pub fn abort_where(&self, pred: impl Fn(u32, &TaskEntry) -> bool) -> Vec<u32> {
+    /// those executing are returned, to wait for with `wait_until`. `third_party`: the task
+    /// management came from another I_T nexus, so each task is answered TASK ABORTED when it
+    /// ends (a write still waiting for its data, once the data is in).
+    pub fn abort_where(
+        &self,
+        third_party: bool,
+        pred: impl Fn(u32, &TaskEntry) -> bool,
+    ) -> Vec<u32> {
         let mut tasks = self.tasks.lock();
         let mut executing = Vec::new();
         let mut ended = 0;
@@ -272,9 +296,14 @@ impl Session {
             if !pred(*itt, t) {
                 return true;
             }
+            // Aborted from its own nexus too: no answer at all.
+            t.tas = third_party && (t.tas || !t.aborted);
             t.aborted = true;
             if t.executing {
                 executing.push(*itt);
+                true
+            } else if t.tas {
+                // Answered when its connection gets to it (or ended with the connection).
                 true
             } else {
                 ended += 1;
@@ -298,7 +327,7 @@ impl Session {
     /// Ends the session: every connection closes and no new command is admitted.
     pub fn close_all(&self) {
         self.closing.cancel();
-        let _ = self.abort_where(|_, _| true);
+        let _ = self.abort_where(false, |_, _| true);
         for c in self.connections.lock().iter() {
             c.close.cancel();
         }

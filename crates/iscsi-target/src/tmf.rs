@@ -56,7 +56,9 @@ pub fn handle(server: &Arc<Server>, session: &Arc<Session>, out: &OutSender, req
     let mut waits: Vec<(Arc<Session>, HashSet<u32>)> = Vec::new();
     let mut collect = |s: &Arc<Session>, pred: &dyn Fn(u32, &crate::session::TaskEntry) -> bool| {
         let set: HashSet<u32> = s
-            .abort_where(|itt, t| itt != req.itt && pred(itt, t))
+            .abort_where(!Arc::ptr_eq(s, session), |itt, t| {
+                itt != req.itt && pred(itt, t)
+            })
             .into_iter()
             .collect();
         if !set.is_empty() {

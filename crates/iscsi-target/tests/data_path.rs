@@ -190,6 +190,66 @@ fn lun_reset_raises_unit_attention_on_every_session() {
     }
 }
 
+/// SAM-5 5.6 with TAS set in the control mode page: a task that a LOGICAL UNIT RESET from
+/// another I_T nexus aborted is answered TASK ABORTED (its host retries at once) instead of
+/// vanishing (its host would wait out its command timeout). Here B's write waits for its data
+/// when A resets the LUN; the data comes afterwards, is not written, and B hears why.
+#[test]
+fn lun_reset_from_another_session_answers_its_tasks_task_aborted() {
+    let server = TestServer::simple("initial-r2t = true\nimmediate-data = false");
+    let opts = LoginOpts {
+        initial_r2t: true,
+        immediate_data: false,
+        ..LoginOpts::normal()
+    };
+    let mut a = Conn::login_to(server.addr(), &opts);
+    let mut b = Conn::login_to(
+        server.addr(),
+        &LoginOpts {
+            isid: [0x80, 0, 0, 0x12, 0x34, 0x03],
+            ..opts.clone()
+        },
+    );
+    // The control mode page (0x0A, after the 8-byte header; no block descriptors) sets TAS.
+    let page = b
+        .scsi(&cdb_mode_sense10(0x0a, 64), 64, None)
+        .expect("MODE SENSE");
+    assert_eq!(page.data.get(8), Some(&0x0a), "{:?}", page.data);
+    assert_eq!(page.data[8 + 5] & 0x40, 0x40, "TAS set: {:?}", page.data);
+    let data = pattern(9, 4096);
+    let itt = 0xb0b1;
+    let n = b.cmd_sn;
+    b.cmd_sn = n.wrapping_add(1);
+    b.send_scsi(itt, n, 0, &cdb_write10(70, 8, 0), 4096, Some(&data));
+    let r2t = match b.wait_for(|p| matches!(p, Pdu::R2t(r) if r.itt == itt)) {
+        Ok(Pdu::R2t(r)) => r,
+        other => panic!("expected an R2T, got {other:?}"),
+    };
+    assert_eq!(
+        a.tmf(tmf::LOGICAL_UNIT_RESET, 0, RESERVED_TAG, 0),
+        tmf_response::COMPLETE
+    );
+    let (off, len) = (r2t.buffer_offset as usize, r2t.desired_length as usize);
+    b.send_data_out(itt, 0, r2t.ttt, &data, off, len);
+    match b.wait_for(|p| matches!(p, Pdu::ScsiResponse(r) if r.itt == itt)) {
+        Ok(Pdu::ScsiResponse(r)) => assert_eq!(r.status, 0x40, "TASK ABORTED: {r:?}"),
+        other => panic!("expected B's write to be answered, got {other:?}"),
+    }
+    a.clear_unit_attentions();
+    assert_eq!(
+        a.read10(70, 8),
+        vec![0u8; 4096],
+        "the aborted write did not land"
+    );
+    let (status, sense) = b.tur();
+    assert_eq!(
+        (status, sense),
+        (2, Some((6, 0x29, 0x03))),
+        "B hears of the reset"
+    );
+    assert_eq!(b.tur().0, 0);
+}
+
 fn mcs_toml() -> String {
     format!(
         r#"

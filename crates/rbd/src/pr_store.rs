@@ -25,6 +25,9 @@ use crate::{Error, RbdSource};
 
 /// How long an announcement waits for every gateway's acknowledgement.
 const NOTIFY_TIMEOUT_MS: u64 = 10_000;
+/// An announcement slower than this is logged with who answered (a slow gateway holds up every
+/// reservation change).
+const SLOW_NOTIFY: std::time::Duration = std::time::Duration::from_secs(1);
 /// What librados answers a blocklisted client.
 const ESHUTDOWN: i32 = 108;
 /// How often a broken watch is re-established before giving up (a second apart).
@@ -210,6 +213,16 @@ impl Inner {
     /// else is ignored (and acknowledged). Returns whether to acknowledge: a reset notice
     /// whose commands under way here did not end in time is not.
     fn take(&self, payload: &[u8]) -> bool {
+        let started = std::time::Instant::now();
+        let ack = self.take_now(payload);
+        let took = started.elapsed();
+        if took > SLOW_NOTIFY {
+            tracing::warn!(object = %self.name, "taking an announcement took {took:?} (acknowledged: {ack})");
+        }
+        ack
+    }
+
+    fn take_now(&self, payload: &[u8]) -> bool {
         let Ok(text) = std::str::from_utf8(payload) else {
             return true;
         };
@@ -248,7 +261,18 @@ impl Inner {
             .watch
             .get()
             .ok_or_else(|| std::io::Error::other("no watch"))?;
+        let started = std::time::Instant::now();
         let reply = watch.notify(payload, NOTIFY_TIMEOUT_MS)?;
+        let waited = started.elapsed();
+        if waited > SLOW_NOTIFY {
+            tracing::warn!(
+                object = %self.name,
+                "an announcement waited {waited:?} for the other gateways (acknowledged by {:?}, \
+                 timed out: {:?})",
+                reply.acked.iter().map(|(gid, _)| *gid).collect::<Vec<_>>(),
+                reply.timed_out.iter().map(|(gid, _)| *gid).collect::<Vec<_>>(),
+            );
+        }
         let acked: Vec<u64> = reply.acked.iter().map(|(gid, _)| *gid).collect();
         let published: Vec<(u64, String)> = self
             .gateways

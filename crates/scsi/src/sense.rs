@@ -14,6 +14,9 @@ pub mod status {
     pub const RESERVATION_CONFLICT: u8 = 0x18;
     /// TASK SET FULL.
     pub const TASK_SET_FULL: u8 = 0x28;
+    /// TASK ABORTED: ended by another I_T nexus's task management (the control mode page's TAS
+    /// bit is set).
+    pub const TASK_ABORTED: u8 = 0x40;
 }
 
 /// Sense keys (SPC-4 table 27).

@@ -13,7 +13,7 @@ use crate::{Error, Session};
 
 /// How often one request may move to another path before it gives up.
 const MAX_ATTEMPTS: u32 = 64;
-/// Retries of BUSY / TASK SET FULL before the status reaches the caller.
+/// Retries of BUSY / TASK SET FULL / TASK ABORTED before the status reaches the caller.
 const MAX_BUSY_RETRIES: u32 = 100;
 
 /// One SCSI operation of the device, by what it does to the medium.
@@ -66,6 +66,9 @@ enum Verdict {
     AluaTransition,
     /// BUSY or TASK SET FULL: try again shortly.
     Busy,
+    /// TASK ABORTED: task management from another I_T nexus (a reset another host or path
+    /// sent) ended the command; it did all or nothing, so it is sent again.
+    Aborted,
 }
 
 fn classify(e: &Error) -> Verdict {
@@ -74,6 +77,7 @@ fn classify(e: &Error) -> Verdict {
             status: 0x08 | 0x28,
             ..
         } => Verdict::Busy,
+        Error::Scsi { status: 0x40, .. } => Verdict::Aborted,
         // NOT READY, 04/0A transitioning, 04/0B standby, 04/0C unavailable (SPC-4 5.16.2).
         Error::Scsi {
             sense: Some((0x02, 0x04, 0x0a..=0x0c)),
@@ -194,6 +198,12 @@ impl Inner {
                         continue;
                     }
                     Verdict::Busy => return Err(e),
+                    Verdict::Aborted if busy < MAX_BUSY_RETRIES => {
+                        busy += 1;
+                        self.replayed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Verdict::Aborted => return Err(e),
                     Verdict::AluaTransition => {
                         slot.eligible.store(false, Ordering::Relaxed);
                         self.refresh_alua.notify_one();

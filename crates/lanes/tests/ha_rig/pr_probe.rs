@@ -75,7 +75,8 @@ async fn login(portal: &str, target: &str) -> Result<Session, String> {
     }
 }
 
-/// One command, again while it reports a unit attention (each is reported once).
+/// One command, again while it reports a unit attention (each is reported once) or TASK
+/// ABORTED (another host's reset ended it: a host sends it again).
 async fn run(
     s: &Session,
     cdb: [u8; 16],
@@ -90,7 +91,7 @@ async fn run(
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("timed out".into()),
         };
-        if o.status == 2 && o.sense_triplet().map(|t| t.0) == Some(6) {
+        if o.status == 2 && o.sense_triplet().map(|t| t.0) == Some(6) || o.status == 0x40 {
             continue;
         }
         return Ok(o);
