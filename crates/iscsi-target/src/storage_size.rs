@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::server::Server;
 
 /// How often a LUN of such storage compares its size with the storage's.
-pub const PERIOD: Duration = Duration::from_secs(2);
+pub const PERIOD: Duration = Duration::from_secs(1);
 
 pub async fn follow_loop(server: Arc<Server>) {
     let mut ticker = tokio::time::interval(PERIOD);

@@ -4,9 +4,10 @@
 //! paths under a 4 KiB write+read load. Faults one after another, each healed before the next:
 //! kill -9 of a gateway (restarted on the same portal), SIGSTOP of a gateway (short: resumed
 //! before its watch times out; long: past it, so the next reset or reservation change fences
-//! it), and a gateway cut from the host (its portal black-holed with nftables, both ways). A
-//! gateway that the cluster fenced (its port group unavailable) must come back by itself with
-//! a new client: the heal waits for it.
+//! it), a gateway cut from the host (its portal black-holed with nftables, both ways), and
+//! kill -9 of an OSD, restarted a second later (in the size-1 pool half the image waits for it
+//! on every gateway at once). A gateway that the cluster fenced (its port group unavailable)
+//! must come back by itself with a new client: the heal waits for it.
 //!
 //! The oracle is the pair's (ha_rig/oracle.rs): every read against the writes acknowledged
 //! before it began (no lost write, no stale read, no torn or misplaced block); no request may
@@ -16,8 +17,8 @@
 //! (ha_rig/caw_probe.rs): exactly one winner per round. At the end every block reads back as
 //! last acknowledged.
 //!
-//! `LANES_RBD_FAULTS` sets the number of faults (default 20: the test command, about 3
-//! minutes); the campaign script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
+//! `LANES_RBD_FAULTS` sets the number of faults (default 100: the test command); the campaign
+//! script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
 //! loopback: the cluster's own address and 127.0.0.1.
 
 // The pair's own entry point (`race`, through its nodes' portals) is not used here.
@@ -49,12 +50,15 @@ use pr_probe::PrProbe;
 const TARGET: &str = "iqn.2026-11.io.lanes:rbd-faults";
 const BS: usize = 4096;
 const GATEWAYS: usize = 3;
+const OSDS: u32 = 2;
+/// Fault kinds, taken in turn.
+const KINDS: usize = 5;
 const WORKERS: u64 = 6;
 const SLOTS: u64 = 64;
 /// How long a fault holds before it is healed (a short pause is resumed after this).
-const HOLD: Duration = Duration::from_millis(1500);
+const HOLD: Duration = Duration::from_millis(1000);
 /// A long pause: past the gateways' 5 s watch timeout.
-const LONG_PAUSE: Duration = Duration::from_secs(7);
+const LONG_PAUSE: Duration = Duration::from_secs(6);
 /// Bound for the host's paths to be back after a fault is healed.
 const HEAL: Duration = Duration::from_secs(60);
 /// COMPARE AND WRITE rounds raced through two gateways after each fault.
@@ -79,32 +83,39 @@ enum Fault {
     Pause(usize),
     LongPause(usize),
     HostCut(usize),
+    /// kill -9 of an OSD, restarted after [`HOLD`]: half the image's objects (a size-1 pool)
+    /// wait for it on every gateway at once.
+    OsdRestart(u32),
 }
 
 impl Fault {
-    /// Kinds in turn; the gateway hit moves on each round of kinds.
+    /// Kinds in turn; the gateway (or OSD) hit moves on each round of kinds.
     fn nth(i: usize) -> Fault {
-        let g = (i / 4 + i) % GATEWAYS;
-        match i % 4 {
+        let g = (i / KINDS + i % KINDS) % GATEWAYS;
+        match i % KINDS {
             0 => Fault::Kill(g),
             1 => Fault::HostCut(g),
             2 => Fault::Pause(g),
-            _ => Fault::LongPause(g),
+            3 => Fault::LongPause(g),
+            _ => Fault::OsdRestart((i / KINDS) as u32 % OSDS),
         }
     }
 
-    fn gateway(self) -> usize {
+    /// The gateway it hits (an OSD restart: the one the reservation change avoids anyway).
+    fn gateway(self, i: usize) -> usize {
         match self {
             Fault::Kill(g) | Fault::Pause(g) | Fault::LongPause(g) | Fault::HostCut(g) => g,
+            Fault::OsdRestart(_) => i % GATEWAYS,
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Fault::Kill(_) => "kill -9",
-            Fault::Pause(_) => "SIGSTOP 1.5 s",
-            Fault::LongPause(_) => "SIGSTOP 7 s (past the watch)",
+            Fault::Pause(_) => "SIGSTOP 1 s",
+            Fault::LongPause(_) => "SIGSTOP 6 s (past the watch)",
             Fault::HostCut(_) => "cut from the host",
+            Fault::OsdRestart(_) => "OSD kill -9 and restart",
         }
     }
 }
@@ -274,8 +285,8 @@ fn faults_under_load_lose_no_acknowledged_write() {
     let faults: usize = std::env::var("LANES_RBD_FAULTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let cluster = Cluster::start(2);
+        .unwrap_or(100);
+    let cluster = Cluster::start(OSDS);
     let spec = cluster.image("faults", "64M");
     // The reservation object exists before the first gateway (which would create it), so
     // its watchers can be listed from the start.
@@ -346,7 +357,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
     let campaign = Instant::now();
     for i in 0..faults {
         let fault = Fault::nth(i);
-        let g = fault.gateway();
+        let g = fault.gateway(i);
         eprintln!(
             "fault {i} ({fault:?}) begins at {:?}; clients {:?}",
             std::time::SystemTime::now()
@@ -391,6 +402,12 @@ fn faults_under_load_lose_no_acknowledged_write() {
                 let change = change(p);
                 std::thread::sleep(hold);
                 gws[g].serve().signal(Signal::Cont);
+                change
+            }
+            Fault::OsdRestart(osd) => {
+                let change = change(p);
+                let back = cluster.restart_osd(osd, HOLD);
+                eprintln!("fault {i}: osd.{osd} active again {back:?} after its kill");
                 change
             }
             Fault::HostCut(g) => {

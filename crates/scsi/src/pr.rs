@@ -109,6 +109,29 @@ fn access_of(cmd: &Command) -> Access {
 }
 
 impl PrState {
+    /// Whether going from (`regs`, `reservation`) to this state can take access away from
+    /// some I_T nexus: the reservation appeared, went, changed type or holder (a holder's new
+    /// key is the same holder), or a registered nexus is registered no more (unregistered,
+    /// preempted, cleared). A registration that only changed its key takes nothing away.
+    pub fn takes_access_from(
+        &self,
+        regs: &[Registration],
+        reservation: &Option<Reservation>,
+    ) -> bool {
+        let reservation_changed = match (reservation, &self.reservation) {
+            (None, None) => false,
+            (Some(a), Some(b)) => {
+                a.kind != b.kind
+                    || !(kind::all_registrants(a.kind) || a.holder.same_nexus(&b.holder))
+            }
+            _ => true,
+        };
+        reservation_changed
+            || regs
+                .iter()
+                .any(|r| !self.regs.iter().any(|n| n.same_nexus(r)))
+    }
+
     pub fn find(&self, who: &NexusIdentity) -> Option<&Registration> {
         self.regs.iter().find(|r| r.matches(who))
     }

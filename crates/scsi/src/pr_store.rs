@@ -119,14 +119,11 @@ impl LogicalUnit {
             // A change that took access away (PREEMPT AND ABORT, PREEMPT, CLEAR, a holder
             // released or replaced) made through another target: commands that passed their
             // conflict check here under the old state must have ended before it completes
-            // there, as for a reset.
+            // there, as for a reset. (A key changed by REGISTER takes nothing away: no wait.)
             let Some((regs, reservation)) = before else {
                 return true;
             };
-            let took_access = {
-                let st = pr.read();
-                reservation != st.reservation || regs.iter().any(|r| !st.regs.contains(r))
-            };
+            let took_access = pr.read().takes_access_from(&regs, &reservation);
             match drain_on_change.upgrade() {
                 Some(d) if took_access => drained_or_warn(&d, "a reservation change"),
                 _ => true,

@@ -75,6 +75,61 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Restarts OSD `id` the hard way: kill -9, down for `down` (its placement groups have no
+    /// other copy in a size-1 pool: their I/O waits), then started again on its data. Returns
+    /// once the monitor has it up again, with how long that took from the kill.
+    pub fn restart_osd(&self, id: u32, down: std::time::Duration) -> std::time::Duration {
+        let pid_file = self.dir.path().join(format!("run/osd.{id}.pid"));
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .expect("a pid in the OSD's pid file");
+        let killed = std::time::Instant::now();
+        let killed_ok = Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(killed_ok, "kill -9 osd.{id} ({pid})");
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                killed.elapsed() < std::time::Duration::from_secs(10),
+                "osd.{id} exits"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // As its peers would report it (refused connections): down at once, so that the
+        // restarted process has to come up again in the monitor's map.
+        self.ceph(&["osd", "down", &id.to_string()]);
+        std::thread::sleep(down.saturating_sub(killed.elapsed()));
+        let out = Command::new("ceph-osd")
+            .arg("-c")
+            .arg(&self.conf)
+            .args(["-i", &id.to_string()])
+            .output()
+            .expect("ceph-osd");
+        assert!(
+            out.status.success(),
+            "ceph-osd -i {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Up in the monitor's map: clients send to it again. (The manager's placement group
+        // view lags by its 5 s report interval, so it is not waited for.)
+        loop {
+            let dump = self.ceph(&["osd", "dump"]);
+            let prefix = format!("osd.{id} up ");
+            if dump.lines().any(|l| l.starts_with(&prefix)) {
+                break;
+            }
+            assert!(
+                killed.elapsed() < std::time::Duration::from_secs(120),
+                "osd.{id} restarted but is not up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        killed.elapsed()
+    }
+
     /// A new image of `size` (e.g. `64M`) with only the layering feature (no exclusive-lock),
     /// as gateways that all write need.
     pub fn image(&self, name: &str, size: &str) -> String {

@@ -193,4 +193,12 @@ fn a_preempt_and_abort_elsewhere_completes_only_after_commands_under_way_here_en
         let _ = tx.send(run(&gb2, &b2, &c, &d, 0).0.status);
     });
     assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(3)), Ok(0));
+    // Nor does b changing its key (REGISTER AND IGNORE EXISTING KEY with a new one).
+    let (c, d) = pr_out(6, 0, 0, 0xBB, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (gb2, b2) = (gb.clone(), b.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(run(&gb2, &b2, &c, &d, 0).0.status);
+    });
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(3)), Ok(0));
 }
