@@ -4,10 +4,11 @@
 //! paths under a 4 KiB write+read load. Faults one after another, each healed before the next:
 //! kill -9 of a gateway (restarted on the same portal), SIGSTOP of a gateway (short: resumed
 //! before its watch times out; long: past it, so the next reset or reservation change fences
-//! it), a gateway cut from the host (its portal black-holed with nftables, both ways), and
-//! kill -9 of an OSD, restarted a second later (in the size-1 pool half the image waits for it
-//! on every gateway at once). A gateway that the cluster fenced (its port group unavailable)
-//! must come back by itself with a new client: the heal waits for it.
+//! it), a gateway cut from the host (its portal black-holed with nftables, both ways), a
+//! gateway cut from the cluster for 6 s, and kill -9 of an OSD, restarted a second later (in
+//! the size-1 pool half the image waits for it on every gateway at once). A gateway that the
+//! cluster fenced (its port group unavailable) must come back by itself with a new client: the
+//! heal waits for it.
 //!
 //! The oracle is the pair's (ha_rig/oracle.rs): every read against the writes acknowledged
 //! before it began (no lost write, no stale read, no torn or misplaced block); no request may
@@ -16,6 +17,11 @@
 //! registrations. After each heal a third host races COMPARE AND WRITEs through two gateways
 //! (ha_rig/caw_probe.rs): exactly one winner per round. At the end every block reads back as
 //! last acknowledged.
+//!
+//! Each gateway runs as a user of its own, so that nftables can cut one off from the cluster
+//! (`meta skuid`): it stays up and reachable by its hosts, but its storage hangs and its watch
+//! times out. The gateways meet only through RADOS, so that is also the cut from the other
+//! gateways.
 //!
 //! `LANES_RBD_FAULTS` sets the number of faults (default 100: the test command); the campaign
 //! script `bench/rbd-faults` runs more. Root only (nftables, the cluster). Traffic stays on
@@ -52,7 +58,7 @@ const BS: usize = 4096;
 const GATEWAYS: usize = 3;
 const OSDS: u32 = 2;
 /// Fault kinds, taken in turn.
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 const WORKERS: u64 = 6;
 const SLOTS: u64 = 64;
 /// How long a fault holds before it is healed (a short pause is resumed after this).
@@ -86,6 +92,9 @@ enum Fault {
     /// kill -9 of an OSD, restarted after [`HOLD`]: half the image's objects (a size-1 pool)
     /// wait for it on every gateway at once.
     OsdRestart(u32),
+    /// A gateway cut off from the cluster (and the other gateways) for [`LONG_PAUSE`]: alive
+    /// and reachable by its hosts, but its storage hangs and its watch times out.
+    StorageCut(usize),
 }
 
 impl Fault {
@@ -97,6 +106,7 @@ impl Fault {
             1 => Fault::HostCut(g),
             2 => Fault::Pause(g),
             3 => Fault::LongPause(g),
+            4 => Fault::StorageCut(g),
             _ => Fault::OsdRestart((i / KINDS) as u32 % OSDS),
         }
     }
@@ -104,7 +114,11 @@ impl Fault {
     /// The gateway it hits (an OSD restart: the one the reservation change avoids anyway).
     fn gateway(self, i: usize) -> usize {
         match self {
-            Fault::Kill(g) | Fault::Pause(g) | Fault::LongPause(g) | Fault::HostCut(g) => g,
+            Fault::Kill(g)
+            | Fault::Pause(g)
+            | Fault::LongPause(g)
+            | Fault::HostCut(g)
+            | Fault::StorageCut(g) => g,
             Fault::OsdRestart(_) => i % GATEWAYS,
         }
     }
@@ -116,6 +130,7 @@ impl Fault {
             Fault::LongPause(_) => "SIGSTOP 6 s (past the watch)",
             Fault::HostCut(_) => "cut from the host",
             Fault::OsdRestart(_) => "OSD kill -9 and restart",
+            Fault::StorageCut(_) => "cut from the cluster 6 s",
         }
     }
 }
@@ -123,10 +138,49 @@ impl Fault {
 /// One gateway: its portal (kept across restarts) and its process.
 struct Gateway {
     port: u16,
+    /// The user it runs as (its own, so nftables can cut it off from the cluster alone).
+    uid: u32,
+    /// A copy of `lanes` that user may run (the build's directory may be closed to it).
+    bin: PathBuf,
     config: PathBuf,
     serve: Option<ServeChild>,
     /// The address of its Ceph client (as `ceph osd blocklist` lists it).
     client: String,
+}
+
+/// The first gateway's user id (the others follow): ids no account on the machine uses.
+const FIRST_UID: u32 = 64_170;
+
+/// The gateway's own copy of the cluster's configuration, with the admin key beside it and
+/// the client's log and admin socket in its home (it runs as a user of its own, which cannot
+/// read the cluster's directory).
+fn own_ceph_conf(cluster: &Cluster, home: &Path) -> PathBuf {
+    let conf = std::fs::read_to_string(&cluster.conf).expect("the cluster's ceph.conf");
+    let key_src = cluster.conf.with_file_name("ceph.client.admin.keyring");
+    let key = home.join("ceph.client.admin.keyring");
+    std::fs::copy(&key_src, &key).expect("the admin keyring");
+    let path = home.join("ceph.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "{conf}\n[client]\nkeyring = {}\nlog file = {}\nadmin socket = {}\n",
+            key.display(),
+            home.join("client.log").display(),
+            home.join("client.$pid.asok").display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Hands `dir` and what is in it to `uid`.
+fn chown_tree(dir: &Path, uid: u32) {
+    let ok = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "chown -R {uid} {}", dir.display());
 }
 
 /// The clients watching the image's reservation object.
@@ -150,6 +204,8 @@ impl Gateway {
         let port = free_port();
         let home = dir.join(format!("gw{n}"));
         std::fs::create_dir_all(&home).unwrap();
+        let uid = FIRST_UID + n as u32;
+        let ceph_conf = own_ceph_conf(cluster, &home);
         let config = home.join("lanes.toml");
         std::fs::write(
             &config,
@@ -158,13 +214,21 @@ impl Gateway {
                  [[target]]\nname = \"{TARGET}\"\n\n[[target.lun]]\nlun = 0\nbackend = \"rbd\"\n\
                  pool = \"{pool}\"\nimage = \"{image}\"\nceph-conf = \"{}\"\n",
                 home.join("data").display(),
-                cluster.conf.display(),
+                ceph_conf.display(),
                 tag = n + 1,
             ),
         )
         .unwrap();
+        std::fs::create_dir_all(home.join("data")).unwrap();
+        chown_tree(&home, uid);
+        let bin = dir.join("lanes");
+        if !bin.exists() {
+            std::fs::copy(env!("CARGO_BIN_EXE_lanes"), &bin).expect("a copy of lanes");
+        }
         let mut g = Gateway {
             port,
+            uid,
+            bin,
             config,
             serve: None,
             client: String::new(),
@@ -177,7 +241,8 @@ impl Gateway {
     fn start(&mut self, cluster: &Cluster) {
         let before = watchers(cluster);
         self.serve = Some(
-            ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
+            ServeCommand::new(&self.bin)
+                .as_user(self.uid)
                 .arg("--config")
                 .arg(&self.config)
                 .inherit_stderr()
@@ -243,6 +308,15 @@ impl Blackhole {
         ));
     }
 
+    /// Everything user `uid` sends to the cluster's address is dropped (a gateway cut off
+    /// from the cluster, and so from the other gateways: they meet only through RADOS).
+    fn cut_storage(&self, uid: u32, cluster_addr: &str) {
+        let t = &self.table;
+        nft(&format!(
+            "add rule inet {t} out meta skuid {uid} ip daddr {cluster_addr} drop\n"
+        ));
+    }
+
     fn restore(&self) {
         nft(&format!("flush chain inet {} out\n", self.table));
     }
@@ -292,6 +366,12 @@ fn faults_under_load_lose_no_acknowledged_write() {
     // its watchers can be listed from the start.
     cluster.rados(&["-p", "rbd", "create", "lanes.pr.faults"]);
     let dir = tempfile::tempdir().unwrap();
+    // The gateways run as users of their own: they must reach their homes in it.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let mut gws: Vec<Gateway> = (0..GATEWAYS)
         .map(|n| Gateway::new(&cluster, dir.path(), n, &spec))
         .collect();
@@ -408,6 +488,13 @@ fn faults_under_load_lose_no_acknowledged_write() {
                 let change = change(p);
                 let back = cluster.restart_osd(osd, HOLD);
                 eprintln!("fault {i}: osd.{osd} active again {back:?} after its kill");
+                change
+            }
+            Fault::StorageCut(g) => {
+                holes.cut_storage(gws[g].uid, &cluster.addr);
+                let change = change(p);
+                std::thread::sleep(LONG_PAUSE);
+                holes.restore();
                 change
             }
             Fault::HostCut(g) => {

@@ -17,6 +17,95 @@ fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str, spec: &str) -> 
     )
 }
 
+/// The scenarios below, one after another on one cluster (each with an image and gateways of
+/// its own): a cluster takes about 20 s to start.
+#[test]
+fn gateways_over_one_cluster() {
+    let cluster = Cluster::start(2);
+    let scenarios: [(&str, fn(&Cluster)); 5] = [
+        (
+            "a_reset_elsewhere_waits_for_commands_here_without_fencing_them",
+            a_reset_elsewhere_waits_for_commands_here_without_fencing_them,
+        ),
+        (
+            "two_gateways_over_one_image_see_one_lun",
+            two_gateways_over_one_image_see_one_lun,
+        ),
+        (
+            "a_resized_image_grows_on_every_gateway",
+            a_resized_image_grows_on_every_gateway,
+        ),
+        (
+            "a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects",
+            a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects,
+        ),
+        (
+            "a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere",
+            a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere,
+        ),
+    ];
+    for (name, scenario) in scenarios {
+        eprintln!("rbd_gateways: {name}");
+        scenario(&cluster);
+    }
+}
+
+/// A LOGICAL UNIT RESET through B while host 1 keeps 16 writes in flight through A: A's
+/// commands under way end before A acknowledges the reset's notice (they complete on
+/// librados' threads, which the notice must not hold), so B never fences A, and host 1's
+/// writes all succeed (after the reset's unit attention).
+fn a_reset_elsewhere_waits_for_commands_here_without_fencing_them(cluster: &Cluster) {
+    cluster.image("busy", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        gateway(cluster, dir.path(), "a", "rbd/busy"),
+        gateway(cluster, dir.path(), "b", "rbd/busy"),
+    );
+    let blocklist_before = cluster.ceph(&["osd", "blocklist", "ls"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let refused = rt.block_on(async {
+        let sa = std::sync::Arc::new(login(&a, "iqn.2026-11.test:host-1").await);
+        let sb = login(&b, "iqn.2026-11.test:host-2").await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..16u32)
+            .map(|w| {
+                let (sa, stop) = (sa.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut refused = Vec::new();
+                    let mut n = 0u32;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        match write10(&sa, w * 64 + n % 64, w as u8).await {
+                            (0, _) | (2, Some((6, _, _))) => {}
+                            other => refused.push(other),
+                        }
+                        n += 1;
+                    }
+                    (n, refused)
+                })
+            })
+            .collect();
+        for _ in 0..5 {
+            sb.lun_reset().await.expect("LOGICAL UNIT RESET through B");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut refused = Vec::new();
+        let mut writes = 0;
+        for w in writers {
+            let (n, r) = w.await.unwrap();
+            writes += n;
+            refused.extend(r);
+        }
+        assert!(writes > 16, "the writes ran ({writes})");
+        refused
+    });
+    assert!(refused.is_empty(), "host 1's writes through A: {refused:?}");
+    assert_eq!(
+        cluster.ceph(&["osd", "blocklist", "ls"]),
+        blocklist_before,
+        "nobody fenced"
+    );
+}
+
 async fn login(g: &ServeChild, host: &str) -> Session {
     let s = Session::login(g.portal, &g.target, &LoginOptions::new(host))
         .await
@@ -25,9 +114,7 @@ async fn login(g: &ServeChild, host: &str) -> Session {
     s
 }
 
-#[test]
-fn two_gateways_over_one_image_see_one_lun() {
-    let cluster = Cluster::start(2);
+fn two_gateways_over_one_image_see_one_lun(cluster: &Cluster) {
     cluster.image("gw", "64M");
     let dir = tempfile::tempdir().unwrap();
     let a = gateway(&cluster, dir.path(), "a", "rbd/gw");
@@ -86,9 +173,7 @@ fn two_gateways_over_one_image_see_one_lun() {
 /// `rbd resize` outside lanes: every gateway picks the new size up by itself and tells its
 /// hosts (CAPACITY DATA HAS CHANGED), then READ CAPACITY gives the new size everywhere, and
 /// the blocks past the old end are written through one gateway and read through the other.
-#[test]
-fn a_resized_image_grows_on_every_gateway() {
-    let cluster = Cluster::start(2);
+fn a_resized_image_grows_on_every_gateway(cluster: &Cluster) {
     cluster.image("grow", "64M");
     let dir = tempfile::tempdir().unwrap();
     let g = |name| gateway(&cluster, dir.path(), name, "rbd/grow");
@@ -133,9 +218,7 @@ fn a_resized_image_grows_on_every_gateway() {
 /// NOT READY, TARGET PORT IN UNAVAILABLE STATE (02/04/0C), which multipath hosts take as "use
 /// another path" (not a medium error an application would see), and nothing it is sent lands;
 /// the other gateway serves on.
-#[test]
-fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects() {
-    let cluster = Cluster::start(2);
+fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects(cluster: &Cluster) {
     cluster.image("fence", "64M");
     let dir = tempfile::tempdir().unwrap();
     let g = |name| gateway(&cluster, dir.path(), name, "rbd/fence");
@@ -242,10 +325,8 @@ fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects() {
 /// writes X through B. A resumes: the held write is refused (the reset's unit attention, or
 /// NOT READY from the fence), A's next write is refused by the cluster (02/04/0C), and X
 /// keeps what was written through B after the reset.
-#[test]
-fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere() {
+fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster: &Cluster) {
     use lanes_test_support::serve::Signal;
-    let cluster = Cluster::start(2);
     cluster.image("race", "64M");
     let dir = tempfile::tempdir().unwrap();
     let g = |name| gateway(&cluster, dir.path(), name, "rbd/race");

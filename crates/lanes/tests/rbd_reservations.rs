@@ -11,13 +11,25 @@ use lanes_test_support::serve::ServeChild;
 const RESERVATION_CONFLICT: u8 = 0x18;
 const WRITE_EXCLUSIVE: u8 = 1;
 
-fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ServeChild {
+/// Gateway NAME (its data in DIR/NAME) over image `rbd/IMAGE`.
+fn gateway(cluster: &Cluster, image: &str, dir: &std::path::Path, name: &str) -> ServeChild {
     cluster.gateway(
         env!("CARGO_BIN_EXE_lanes"),
         "iqn.2026-11.io.lanes:ceph-pr",
-        "rbd/prlun",
+        &format!("rbd/{image}"),
         &dir.join(name),
     )
+}
+
+/// Both scenarios on one cluster, each over an image of its own (a cluster takes about 20 s
+/// to start).
+#[test]
+fn reservations_over_one_cluster() {
+    let cluster = Cluster::start(2);
+    eprintln!("rbd_reservations: reservations_hold_across_gateways");
+    reservations_hold_across_gateways(&cluster);
+    eprintln!("rbd_reservations: silent_gateways_are_fenced_by_the_next_change");
+    silent_gateways_are_fenced_by_the_next_change(&cluster);
 }
 
 async fn login(g: &ServeChild, host: &str) -> Session {
@@ -107,13 +119,11 @@ async fn write(s: &Session) -> u8 {
     out.status
 }
 
-#[test]
-fn reservations_hold_across_gateways() {
-    let cluster = Cluster::start(2);
+fn reservations_hold_across_gateways(cluster: &Cluster) {
     cluster.image("prlun", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let a = gateway(&cluster, dir.path(), "a");
-    let b = gateway(&cluster, dir.path(), "b");
+    let a = gateway(cluster, "prlun", dir.path(), "a");
+    let b = gateway(cluster, "prlun", dir.path(), "b");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let h1 = login(&a, "iqn.2026-11.test:host-1").await;
@@ -183,7 +193,7 @@ fn reservations_hold_across_gateways() {
         assert_eq!(write(&h2).await, 0, "the new holder writes through B");
 
         // A gateway started now loads the state from the cluster.
-        let c = gateway(&cluster, dir.path(), "c");
+        let c = gateway(cluster, "prlun", dir.path(), "c");
         let h3 = login(&c, "iqn.2026-11.test:host-3").await;
         assert_eq!(
             reservation(&h3).await,
@@ -222,9 +232,9 @@ fn reservations_hold_across_gateways() {
     });
 }
 
-/// The addresses published in `lanes.gw.prlun` (one per live gateway client).
-fn published(cluster: &Cluster) -> Vec<String> {
-    let object = "lanes.gw.prlun"; // lanes_rbd's gateways object for image prlun
+/// The addresses published in `lanes.gw.IMAGE` (one per live gateway client).
+fn published(cluster: &Cluster, image: &str) -> Vec<String> {
+    let object = &format!("lanes.gw.{image}"); // lanes_rbd's gateways object for the image
     cluster
         .rados(&["-p", "rbd", "listxattr", object])
         .lines()
@@ -243,16 +253,15 @@ fn published(cluster: &Cluster) -> Vec<String> {
 /// change, through A, completes once both are fenced: their clients are in the OSD blocklist
 /// and their addresses no longer published. B, resumed, is refused by the cluster: its port
 /// group turns unavailable.
-#[test]
-fn silent_gateways_are_fenced_by_the_next_change() {
+fn silent_gateways_are_fenced_by_the_next_change(cluster: &Cluster) {
     use lanes_test_support::serve::Signal;
-    let cluster = Cluster::start(2);
-    cluster.image("prlun", "64M");
+    let image = "prsilent";
+    cluster.image(image, "64M");
     let dir = tempfile::tempdir().unwrap();
-    let a = gateway(&cluster, dir.path(), "a");
-    let b = gateway(&cluster, dir.path(), "b");
-    let mut c = gateway(&cluster, dir.path(), "c");
-    let before = published(&cluster);
+    let a = gateway(cluster, image, dir.path(), "a");
+    let b = gateway(cluster, image, dir.path(), "b");
+    let mut c = gateway(cluster, image, dir.path(), "c");
+    let before = published(cluster, image);
     assert_eq!(
         before.len(),
         3,
@@ -272,7 +281,7 @@ fn silent_gateways_are_fenced_by_the_next_change() {
             "REGISTER with B paused and C dead took {:?}",
             started.elapsed()
         );
-        let after = published(&cluster);
+        let after = published(cluster, image);
         assert_eq!(after.len(), 1, "only A is published now: {after:?}");
         let blocklist = cluster.ceph(&["osd", "blocklist", "ls"]);
         let fenced: Vec<&String> = before.iter().filter(|addr| !after.contains(addr)).collect();

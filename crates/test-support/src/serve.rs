@@ -25,6 +25,8 @@ pub struct ServeCommand {
     bin: OsString,
     namespace: Option<String>,
     args: Vec<OsString>,
+    /// `setpriv` to this user first.
+    user: Option<u32>,
     log: &'static str,
     inherit_stderr: bool,
     envs: Vec<(OsString, OsString)>,
@@ -53,10 +55,17 @@ impl ServeCommand {
             bin: bin.into(),
             namespace: None,
             args: vec!["serve".into()],
+            user: None,
             log: "warn",
             inherit_stderr: false,
             envs: Vec::new(),
         }
+    }
+
+    /// Runs it as user (and group) `uid`, with no supplementary groups (`setpriv`).
+    pub fn as_user(mut self, uid: u32) -> Self {
+        self.user = Some(uid);
+        self
     }
 
     /// Runs it inside network namespace `name` (as `ip netns exec name`).
@@ -112,15 +121,21 @@ impl ServeCommand {
 
     /// Starts it and waits for the whole banner.
     pub fn start(self) -> ServeChild {
-        let mut cmd = match &self.namespace {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(&self.bin);
-                c
-            }
-            None => Command::new(&self.bin),
-        };
-        cmd.args(&self.args)
+        let mut program: Vec<OsString> = Vec::new();
+        if let Some(ns) = &self.namespace {
+            program.extend(["ip", "netns", "exec", ns.as_str()].map(OsString::from));
+        }
+        if let Some(uid) = self.user {
+            program.push("setpriv".into());
+            program.push(format!("--reuid={uid}").into());
+            program.push(format!("--regid={uid}").into());
+            program.push("--clear-groups".into());
+            program.push("--".into());
+        }
+        program.push(self.bin.clone());
+        let mut cmd = Command::new(&program[0]);
+        cmd.args(&program[1..])
+            .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", self.log)
             .stdin(Stdio::null())

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use super::rados::{ObjApi, ObjectIo, ETIMEDOUT};
 use super::{check, Handle, Pool};
@@ -34,13 +34,44 @@ pub type OnNotify = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 /// Called with the (negative) error that broke a watch.
 pub type OnError = Box<dyn Fn(i32) + Send + Sync>;
 
-/// What a watch calls: with each notification's payload (the notification is acknowledged
-/// when it returns), and with the error that broke the watch.
-struct WatchCtx {
+/// What a watch's notifications need, shared by the watch and the thread that takes them:
+/// the I/O context lives until both are done with it.
+struct Shared {
     api: &'static ObjApi,
+    /// Destroyed before the pool it belongs to (held here).
+    pool: Arc<Pool>,
     io: Handle,
     oid: CString,
     on_notify: OnNotify,
+}
+
+// The I/O context is used for acknowledgements and watch calls, which librados allows from
+// any thread; it is destroyed once, when the last holder drops.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: created for this watch in `Watch::new` and destroyed once, here, after the
+        // watch was removed and its callbacks flushed (the context holds the last clone).
+        unsafe { (self.pool.api.ioctx_destroy)(self.io) };
+    }
+}
+
+/// One notification, taken by the watch's thread.
+struct Notification {
+    id: u64,
+    cookie: u64,
+    payload: Vec<u8>,
+}
+
+/// What librados calls back with: notifications are queued for the watch's own thread, which
+/// runs `on_notify` and acknowledges. They are not taken on librados' thread: that thread
+/// also completes the client's I/O, and a notification that waits for the commands under
+/// way here (a reset elsewhere) would wait for itself until it gave up.
+struct WatchCtx {
+    shared: Arc<Shared>,
+    queue: mpsc::Sender<Notification>,
     on_error: OnError,
 }
 
@@ -55,27 +86,40 @@ extern "C" fn watch_cb(
     // SAFETY: `arg` is the WatchCtx given to rados_watch3; it is freed only after
     // rados_unwatch2 and rados_watch_flush, so it outlives every callback.
     let ctx = unsafe { &*(arg as *const WatchCtx) };
-    let payload: &[u8] = if data.is_null() || len == 0 {
-        &[]
+    let payload = if data.is_null() || len == 0 {
+        Vec::new()
     } else {
         // SAFETY: librados passes the payload and its length, valid during the callback.
-        unsafe { std::slice::from_raw_parts(data as *const u8, len) }
+        unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
     };
-    // A panic must not unwind into librados: it is caught, and the notification acknowledged.
-    let ack = catch_unwind(AssertUnwindSafe(|| (ctx.on_notify)(payload))).unwrap_or(true);
-    if !ack {
-        return;
-    }
-    // SAFETY: the watch's live context and NUL-terminated name; no reply payload.
-    unsafe {
-        (ctx.api.notify_ack)(
-            ctx.io,
-            ctx.oid.as_ptr(),
-            notify_id,
-            cookie,
-            std::ptr::null(),
-            0,
-        );
+    let _ = ctx.queue.send(Notification {
+        id: notify_id,
+        cookie,
+        payload,
+    });
+}
+
+/// The watch's thread: takes each notification in order and acknowledges it when
+/// `on_notify` says so (a watcher that does not acknowledge makes the notifier's call time
+/// out). Ends when the watch is dropped.
+fn take_notifications(shared: Arc<Shared>, queue: mpsc::Receiver<Notification>) {
+    for n in queue {
+        // A panic is caught, and the notification acknowledged.
+        let ack = catch_unwind(AssertUnwindSafe(|| (shared.on_notify)(&n.payload))).unwrap_or(true);
+        if ack {
+            // SAFETY: the live I/O context (held by `shared`) and NUL-terminated name; no
+            // reply payload.
+            unsafe {
+                (shared.api.notify_ack)(
+                    shared.io,
+                    shared.oid.as_ptr(),
+                    n.id,
+                    n.cookie,
+                    std::ptr::null(),
+                    0,
+                );
+            }
+        }
     }
 }
 
@@ -85,12 +129,14 @@ extern "C" fn watch_err_cb(arg: *mut c_void, _cookie: u64, err: c_int) {
     let _ = catch_unwind(AssertUnwindSafe(|| (ctx.on_error)(err)));
 }
 
-/// A watch on an object, with its own I/O context; unwatched when dropped.
+/// A watch on an object, with its own I/O context and a thread that takes its notifications;
+/// unwatched when dropped.
 pub struct Watch {
     api: &'static ObjApi,
     pool: Arc<Pool>,
     ctx: *mut WatchCtx,
     cookie: Mutex<u64>,
+    taker: Option<std::thread::JoinHandle<()>>,
 }
 
 // The context pointer is only read by librados callbacks and freed in Drop.
@@ -100,11 +146,24 @@ unsafe impl Sync for Watch {}
 impl Watch {
     pub fn new(obj: &ObjectIo, on_notify: OnNotify, on_error: OnError) -> Result<Watch, Error> {
         let io = obj.pool.new_ioctx()?;
-        let ctx = Box::into_raw(Box::new(WatchCtx {
+        let shared = Arc::new(Shared {
             api: obj.api,
+            pool: obj.pool.clone(),
             io,
             oid: obj.oid.clone(),
             on_notify,
+        });
+        let (queue, taken) = mpsc::channel();
+        let taker = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("lanes-watch".into())
+                .spawn(move || take_notifications(shared, taken))
+                .map_err(|e| Error::Invalid(format!("starting the watch's thread: {e}")))?
+        };
+        let ctx = Box::into_raw(Box::new(WatchCtx {
+            shared,
+            queue,
             on_error,
         }));
         let watch = Watch {
@@ -112,6 +171,7 @@ impl Watch {
             pool: obj.pool.clone(),
             ctx,
             cookie: Mutex::new(0),
+            taker: Some(taker),
         };
         watch.rewatch()?;
         Ok(watch)
@@ -122,10 +182,11 @@ impl Watch {
         let mut cookie = self.cookie.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `ctx` lives until Drop, which needs `&mut self` (no call is running).
         let ctx = unsafe { &*self.ctx };
+        let io = ctx.shared.io;
         if *cookie != 0 {
             // SAFETY: live context; a cookie rados_watch3 returned (an already broken watch
             // is an error that changes nothing).
-            unsafe { (self.api.unwatch2)(ctx.io, *cookie) };
+            unsafe { (self.api.unwatch2)(io, *cookie) };
             *cookie = 0;
         }
         let mut new = 0u64;
@@ -133,8 +194,8 @@ impl Watch {
         // until after rados_unwatch2 and rados_watch_flush in Drop.
         let rc = unsafe {
             (self.api.watch3)(
-                ctx.io,
-                ctx.oid.as_ptr(),
+                io,
+                ctx.shared.oid.as_ptr(),
                 &mut new,
                 watch_cb,
                 watch_err_cb,
@@ -142,7 +203,7 @@ impl Watch {
                 self.ctx.cast(),
             )
         };
-        check(rc, "rados_watch3", &ctx.oid.to_string_lossy())?;
+        check(rc, "rados_watch3", &ctx.shared.oid.to_string_lossy())?;
         *cookie = new;
         Ok(())
     }
@@ -161,8 +222,8 @@ impl Watch {
         // valid out pointers; the reply buffer is freed below.
         let (rc, parsed) = unsafe {
             let rc = (self.api.notify2)(
-                ctx.io,
-                ctx.oid.as_ptr(),
+                ctx.shared.io,
+                ctx.shared.oid.as_ptr(),
                 payload.as_ptr().cast(),
                 len,
                 timeout_ms,
@@ -193,15 +254,22 @@ impl Drop for Watch {
         let cookie = *self.cookie.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the watch is removed and every callback already queued has run (flush)
         // before the context is freed; the context was made by Box::into_raw in `new` and
-        // is freed once, here, with its I/O context, before the pool (held by `pool`).
+        // is freed once, here. Its I/O context goes with the last holder of `Shared` (this
+        // context or the thread taking notifications), before the pool.
         unsafe {
-            let io = (*self.ctx).io;
             if cookie != 0 {
-                (self.api.unwatch2)(io, cookie);
+                let ctx = &*self.ctx;
+                (self.api.unwatch2)(ctx.shared.io, cookie);
             }
             (self.api.watch_flush)(self.pool.cluster);
-            (self.pool.api.ioctx_destroy)(io);
             drop(Box::from_raw(self.ctx));
+        }
+        // The queue is closed: the thread ends once it has taken what was queued. When the
+        // last owner of the watch let go on that very thread, it ends by itself.
+        if let Some(taker) = self.taker.take() {
+            if taker.thread().id() != std::thread::current().id() {
+                let _ = taker.join();
+            }
         }
     }
 }
