@@ -17,12 +17,15 @@ fn gateway(cluster: &Cluster, dir: &std::path::Path, name: &str, spec: &str) -> 
     )
 }
 
+/// A scenario's name and body.
+type Scenario = (&'static str, fn(&Cluster));
+
 /// The scenarios below, one after another on one cluster (each with an image and gateways of
 /// its own): a cluster takes about 20 s to start.
 #[test]
 fn gateways_over_one_cluster() {
     let cluster = Cluster::start(2);
-    let scenarios: [(&str, fn(&Cluster)); 5] = [
+    let scenarios: [Scenario; 5] = [
         (
             "a_reset_elsewhere_waits_for_commands_here_without_fencing_them",
             a_reset_elsewhere_waits_for_commands_here_without_fencing_them,
@@ -117,8 +120,8 @@ async fn login(g: &ServeChild, host: &str) -> Session {
 fn two_gateways_over_one_image_see_one_lun(cluster: &Cluster) {
     cluster.image("gw", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let a = gateway(&cluster, dir.path(), "a", "rbd/gw");
-    let b = gateway(&cluster, dir.path(), "b", "rbd/gw");
+    let a = gateway(cluster, dir.path(), "a", "rbd/gw");
+    let b = gateway(cluster, dir.path(), "b", "rbd/gw");
     assert_eq!(a.wwids, b.wwids, "one LUN identity on every gateway");
     assert!(a.banner.contains("rbd:rbd/gw"), "{}", a.banner);
 
@@ -176,7 +179,7 @@ fn two_gateways_over_one_image_see_one_lun(cluster: &Cluster) {
 fn a_resized_image_grows_on_every_gateway(cluster: &Cluster) {
     cluster.image("grow", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| gateway(&cluster, dir.path(), name, "rbd/grow");
+    let g = |name| gateway(cluster, dir.path(), name, "rbd/grow");
     let (a, b) = (g("a"), g("b"));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -221,7 +224,7 @@ fn a_resized_image_grows_on_every_gateway(cluster: &Cluster) {
 fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects(cluster: &Cluster) {
     cluster.image("fence", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| gateway(&cluster, dir.path(), name, "rbd/fence");
+    let g = |name| gateway(cluster, dir.path(), name, "rbd/fence");
     let a = g("a");
     // A's client (one per gateway and image): the only watcher of the reservation object yet.
     let object = "lanes.pr.fence"; // lanes_rbd::pr_object_name("fence")
@@ -329,7 +332,7 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster:
     use lanes_test_support::serve::Signal;
     cluster.image("race", "64M");
     let dir = tempfile::tempdir().unwrap();
-    let g = |name| gateway(&cluster, dir.path(), name, "rbd/race");
+    let g = |name| gateway(cluster, dir.path(), name, "rbd/race");
     let (a, b) = (g("a"), g("b"));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
