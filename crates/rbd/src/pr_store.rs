@@ -217,7 +217,11 @@ impl Inner {
         let ack = self.take_now(payload);
         let took = started.elapsed();
         if took > SLOW_NOTIFY {
-            tracing::warn!(object = %self.name, "taking an announcement took {took:?} (acknowledged: {ack})");
+            tracing::warn!(
+                object = %self.name,
+                gateway = %format!("client.{}", self.gid),
+                "taking an announcement took {took:?} (acknowledged: {ack})"
+            );
         }
         ack
     }
@@ -267,6 +271,7 @@ impl Inner {
         if waited > SLOW_NOTIFY {
             tracing::warn!(
                 object = %self.name,
+                gateway = %format!("client.{}", self.gid),
                 "an announcement waited {waited:?} for the other gateways (acknowledged by {:?}, \
                  timed out: {:?})",
                 reply.acked.iter().map(|(gid, _)| *gid).collect::<Vec<_>>(),
