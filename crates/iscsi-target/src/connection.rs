@@ -568,10 +568,8 @@ impl Connection {
             self.try_execute_write(itt);
             return;
         }
-        match self.session.begin_execution(itt) {
-            Begin::Execute => {}
-            Begin::Over => return,
-            Begin::AnswerAborted => return crate::exec::aborted(&self.session, &self.out, &c),
+        if !self.may_execute(&c) {
+            return;
         }
         let luns = crate::target::LunView::current(&mut self.luns, self.session.target.as_deref());
         crate::exec::spawn(
@@ -584,6 +582,19 @@ impl Connection {
             0,
             0,
         );
+    }
+
+    /// Whether `c`, whose turn has come, runs now; if task management aborted it meanwhile
+    /// it does not (answered TASK ABORTED when another nexus aborted it).
+    pub(in crate::connection) fn may_execute(&self, c: &ScsiCommand) -> bool {
+        match self.session.begin_execution(c.itt) {
+            Begin::Execute => true,
+            Begin::Over => false,
+            Begin::AnswerAborted => {
+                crate::exec::aborted(&self.session, &self.out, c);
+                false
+            }
+        }
     }
 
     /// Logout (RFC 7143 11.14): close the session, this connection, or another one.

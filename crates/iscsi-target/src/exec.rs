@@ -194,11 +194,16 @@ fn respond(
 /// The answer to a task that task management from another I_T nexus aborted: TASK ABORTED,
 /// no data, no sense (SAM-5 5.6, the control mode page's TAS bit).
 fn aborted_done(cmd: &ScsiCommand) -> ScsiDone {
+    unexecuted_done(cmd, scsi::status::TASK_ABORTED, None)
+}
+
+/// The answer to a command that never ran: `status` (and `sense`), no data.
+fn unexecuted_done(cmd: &ScsiCommand, status: u8, sense: Option<Bytes>) -> ScsiDone {
     ScsiDone {
         itt: cmd.itt,
         lun: cmd.lun,
-        status: scsi::status::TASK_ABORTED,
-        sense: None,
+        status,
+        sense,
         data_in: Bytes::new(),
         edtl: cmd.expected_data_length,
         read: cmd.read,
@@ -218,19 +223,7 @@ pub fn aborted(session: &Session, out: &OutSender, cmd: &ScsiCommand) {
 
 /// Ends `cmd` with CHECK CONDITION and `sense` without executing it.
 pub fn fail(session: &Arc<Session>, out: &OutSender, cmd: &ScsiCommand, sense: Bytes) {
-    let done = ScsiDone {
-        itt: cmd.itt,
-        lun: cmd.lun,
-        status: scsi::status::CHECK_CONDITION,
-        sense: Some(sense),
-        data_in: Bytes::new(),
-        edtl: cmd.expected_data_length,
-        read: cmd.read,
-        write: cmd.write,
-        write_expected: None,
-        write_received: 0,
-        r2t_count: 0,
-    };
+    let done = unexecuted_done(cmd, scsi::status::CHECK_CONDITION, Some(sense));
     session.finish_task(cmd.itt, |aborted| {
         let done = if aborted { aborted_done(cmd) } else { done };
         let _ = out.send(Outbound::Scsi(done));

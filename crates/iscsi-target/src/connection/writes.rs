@@ -3,7 +3,6 @@
 //! CmdSN turn and all its data.
 
 use super::{header_of, next_tag, Connection};
-use crate::session::Begin;
 use crate::writer::Outbound;
 use bytes::Bytes;
 use iscsi_proto::pdu::{reject_reason, DataOut, Pdu, R2t, ScsiCommand, RESERVED_TAG};
@@ -159,10 +158,8 @@ impl Connection {
         let Some(c) = w.command.take() else {
             return;
         };
-        match self.session.begin_execution(itt) {
-            Begin::Execute => {}
-            Begin::Over => return,
-            Begin::AnswerAborted => return crate::exec::aborted(&self.session, &self.out, &c),
+        if !self.may_execute(&c) {
+            return;
         }
         let tracker = match w.tracker {
             Ok(t) => t,
