@@ -23,7 +23,7 @@ for tool in iscsi-test-cu timeout rbd; do
     command -v "$tool" >/dev/null 2>&1 || { echo "rbd-conformance: $tool not found (scripts/test.sh installs it)" >&2; exit 1; }
 done
 [ -x "$lanes" ] || cargo build --release -p lanes
-work=$(mktemp -d "${TMPDIR:-/tmp}/lanes-rbd.XXXXXX")
+work=$(mktemp -d "$("$repo/scripts/ceph-cluster" scratch)/lanes-rbd.XXXXXX")
 mkdir -p "$out"
 pids=()
 cleanup() {

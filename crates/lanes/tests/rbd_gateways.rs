@@ -25,7 +25,11 @@ type Scenario = (&'static str, fn(&Cluster));
 #[test]
 fn gateways_over_one_cluster() {
     let cluster = Cluster::start(2);
-    let scenarios: [Scenario; 5] = [
+    let scenarios: [Scenario; 6] = [
+        (
+            "a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts",
+            a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts,
+        ),
         (
             "a_reset_elsewhere_waits_for_commands_here_without_fencing_them",
             a_reset_elsewhere_waits_for_commands_here_without_fencing_them,
@@ -379,6 +383,77 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster:
         );
         eprintln!("LUN RESET through B with A paused: {took:?}");
     });
+}
+
+/// The clients watching an image's reservation object (each gateway's, and a killed one's
+/// until its watch times out or it is blocklisted).
+fn watchers(cluster: &Cluster, image: &str) -> Vec<String> {
+    // lanes_rbd::pr_object_name(image)
+    let object = format!("lanes.pr.{image}");
+    cluster
+        .rados(&["-p", "rbd", "listwatchers", &object])
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("watcher="))
+        .map(str::to_string)
+        .collect()
+}
+
+/// kill -9 of gateway A while a LUN RESET goes through B: the reset waits for A's
+/// acknowledgement. A started again on the same machine finds the client its dead
+/// predecessor left published and blocklists it before it serves, so the reset completes
+/// without waiting out the dead watch, and the old client can never write again.
+fn a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts(cluster: &Cluster) {
+    use lanes_test_support::serve::Signal;
+    cluster.image("restart", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let g = |name| gateway(cluster, dir.path(), name, "rbd/restart");
+    let mut a = g("a");
+    let old = watchers(cluster, "restart");
+    assert_eq!(old.len(), 1, "{old:?}");
+    let b = g("b");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sb = login(&b, "iqn.2026-11.test:host").await;
+        assert!(!cluster
+            .ceph(&["osd", "blocklist", "ls"])
+            .contains(old[0].as_str()));
+        a.stop(Signal::Kill, std::time::Duration::from_secs(10))
+            .expect("A exits on SIGKILL");
+        let started = std::time::Instant::now();
+        let reset = tokio::spawn(async move {
+            let r = sb.lun_reset().await;
+            (r, sb)
+        });
+        let a2 = g("a");
+        let blocklist = cluster.ceph(&["osd", "blocklist", "ls"]);
+        assert!(
+            blocklist.contains(old[0].as_str()),
+            "the restarted gateway did not fence its predecessor's client {}: {blocklist}",
+            old[0]
+        );
+        let (r, sb) = reset.await.expect("task");
+        r.expect("LUN RESET through B completes");
+        eprintln!(
+            "LUN RESET through B with A killed and restarted: {:?}",
+            started.elapsed()
+        );
+        // Both gateways serve: the new A and B share the image.
+        let sa = login(&a2, "iqn.2026-11.test:host-2").await;
+        ready(&sb).await;
+        assert_eq!(write10(&sb, 3000, 0x66).await, (0, None));
+        ready(&sa).await;
+        assert!(sa.read(3000, 1).await.unwrap().iter().all(|x| *x == 0x66));
+    });
+}
+
+/// TEST UNIT READY until GOOD (each unit attention pending on the nexus is reported once).
+async fn ready(s: &Session) {
+    for _ in 0..8 {
+        if s.test_unit_ready().await.is_ok() {
+            return;
+        }
+    }
+    panic!("TEST UNIT READY never GOOD");
 }
 
 /// Waits until every thread of process `pid` is stopped (SIGSTOP is delivered to each

@@ -16,6 +16,7 @@
 
 mod device;
 mod ffi;
+mod incarnation;
 mod pr_store;
 
 pub use device::{RbdDevice, RbdSource};

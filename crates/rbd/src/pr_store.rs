@@ -12,7 +12,9 @@
 //! every published gateway: one that did not (it timed out, or its watch was dropped) is
 //! blocklisted, and its address unpublished, before the announcement completes. So a change
 //! never waits longer than the watch timeout for a dead gateway, and a paused one can never
-//! land a write it held after what follows.
+//! land a write it held after what follows. A gateway also publishes which process it is
+//! ([`Incarnation`]): one restarted on the same machine blocklists the client its dead
+//! predecessor left published as it starts, so the others do not wait out that watch.
 
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
@@ -21,6 +23,7 @@ use arc_swap::ArcSwap;
 use scsi::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 
 use crate::ffi::{ObjectIo, Pool, Watch, WATCH_TIMEOUT_S};
+use crate::incarnation::{Incarnation, Liveness};
 use crate::{Error, RbdSource};
 
 /// How long an announcement waits for every gateway's acknowledgement.
@@ -32,6 +35,11 @@ const SLOW_NOTIFY: std::time::Duration = std::time::Duration::from_secs(1);
 const ESHUTDOWN: i32 = 108;
 /// How often a broken watch is re-established before giving up (a second apart).
 const REWATCH_ATTEMPTS: u32 = 30;
+
+/// `lanes.gw.IMAGE` attributes: `client.GID` holds a gateway's client address, `process.GID`
+/// the gateway process that published it ([`Incarnation`]).
+const CLIENT: &str = "client.";
+const PROCESS: &str = "process.";
 
 /// The object name for an image's reservations.
 pub fn pr_object_name(image: &str) -> String {
@@ -177,6 +185,10 @@ impl Inner {
         };
         gateways.create().map_err(publishing)?;
         let (gid, addr) = gateways.client_identity().map_err(publishing)?;
+        let me = Incarnation::this();
+        if let Some(me) = &me {
+            fence_gone_predecessors(&object, &gateways, gid, me, &name);
+        }
         let inner = Arc::new(Inner {
             object,
             gateways,
@@ -202,9 +214,15 @@ impl Inner {
             }),
         )?;
         let _ = inner.watch.set(watch);
+        if let Some(me) = &me {
+            inner
+                .gateways
+                .set_xattr(&format!("{PROCESS}{gid}"), &me.to_string())
+                .map_err(publishing)?;
+        }
         inner
             .gateways
-            .set_xattr(&format!("client.{gid}"), &addr)
+            .set_xattr(&format!("{CLIENT}{gid}"), &addr)
             .map_err(publishing)?;
         Ok(inner)
     }
@@ -281,9 +299,9 @@ impl Inner {
         let acked: Vec<u64> = reply.acked.iter().map(|(gid, _)| *gid).collect();
         let published: Vec<(u64, String)> = self
             .gateways
-            .xattrs("client.")?
+            .xattrs(CLIENT)?
             .into_iter()
-            .filter_map(|(key, addr)| Some((key.strip_prefix("client.")?.parse().ok()?, addr)))
+            .filter_map(|(key, addr)| Some((key.strip_prefix(CLIENT)?.parse().ok()?, addr)))
             .collect();
         for (gid, cookie) in &reply.timed_out {
             if !published.iter().any(|(g, _)| g == gid) {
@@ -311,9 +329,7 @@ impl Inner {
             );
             self.object
                 .blocklist(&addr, std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS))?;
-            if let Err(e) = self.gateways.remove_xattr(&format!("client.{gid}")) {
-                tracing::warn!(object = %self.name, "unpublishing fenced client.{gid}: {e}");
-            }
+            unpublish(&self.gateways, gid, &self.name);
         }
         Ok(())
     }
@@ -358,7 +374,75 @@ impl Drop for Inner {
     /// A gateway that stops cleanly unpublishes itself: the next announcement does not fence
     /// an address nobody uses any more.
     fn drop(&mut self) {
-        let _ = self.gateways.remove_xattr(&format!("client.{}", self.gid));
+        unpublish(&self.gateways, self.gid, &self.name);
+    }
+}
+
+/// Removes a gateway's client address and process from `lanes.gw.IMAGE`.
+fn unpublish(gateways: &ObjectIo, gid: u64, name: &str) {
+    for key in [format!("{CLIENT}{gid}"), format!("{PROCESS}{gid}")] {
+        match gateways.remove_xattr(&key) {
+            // A blocklisted client cannot; whoever fenced it unpublished it.
+            Err(e) if e.raw_os_error() == Some(ESHUTDOWN) => {}
+            Err(e) => tracing::warn!(object = %name, "unpublishing {key}: {e}"),
+            Ok(()) => {}
+        }
+    }
+}
+
+/// Fences the clients that gateway processes now gone from this machine left published (this
+/// gateway's predecessor after a crash or a kill -9): their watches would otherwise hold every
+/// reservation change and reset of the other gateways for the watch timeout. Best effort: what
+/// fails here is left to that timeout.
+fn fence_gone_predecessors(
+    object: &ObjectIo,
+    gateways: &ObjectIo,
+    gid: u64,
+    me: &Incarnation,
+    name: &str,
+) {
+    let listed = match gateways.xattrs("") {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(object = %name, "reading the published gateways: {e}");
+            return;
+        }
+    };
+    let addr_of = |g: u64| {
+        listed
+            .iter()
+            .find(|(key, _)| key.strip_prefix(CLIENT).and_then(|n| n.parse().ok()) == Some(g))
+            .map(|(_, addr)| addr.clone())
+    };
+    for (key, text) in &listed {
+        let Some(other) = key
+            .strip_prefix(PROCESS)
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let Some(process) = Incarnation::parse(text) else {
+            continue;
+        };
+        if other == gid || process.liveness(me) != Liveness::Gone {
+            continue;
+        }
+        let Some(addr) = addr_of(other) else {
+            // Unpublished already (fenced by another gateway); only its process entry is left.
+            unpublish(gateways, other, name);
+            continue;
+        };
+        tracing::warn!(
+            object = %name,
+            "gateway client.{other} at {addr} was published by process {} of this machine, which \
+             is gone: blocklisting it now (ceph osd blocklist add {addr}) so that the other \
+             gateways need not wait {WATCH_TIMEOUT_S} s for its watch",
+            process.pid()
+        );
+        match object.blocklist(&addr, std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS)) {
+            Ok(()) => unpublish(gateways, other, name),
+            Err(e) => tracing::warn!(object = %name, "blocklisting client.{other} at {addr}: {e}"),
+        }
     }
 }
 

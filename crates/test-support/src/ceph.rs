@@ -1,6 +1,7 @@
 //! A small real Ceph cluster for tests (`scripts/ceph-cluster`): one mon, one mgr and OSDs on
 //! sparse files, bound to a loopback address of its own (127.77.x.y, so two test binaries
-//! never share ports), in a temporary directory; stopped and removed on drop.
+//! never share ports), in a temporary directory (in memory when there is room); stopped and
+//! removed on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,9 +21,20 @@ impl Cluster {
     /// Starts a cluster with `osds` OSDs and the pool `rbd` (about 20 s on 2 cores).
     pub fn start(osds: u32) -> Cluster {
         crate::require_root();
+        // In memory when there is room (`scripts/ceph-cluster scratch` says why).
+        let scratch = Command::new(script())
+            .arg("scratch")
+            .output()
+            .expect("scripts/ceph-cluster scratch");
+        let base = String::from_utf8_lossy(&scratch.stdout).trim().to_string();
+        assert!(
+            scratch.status.success() && !base.is_empty(),
+            "scripts/ceph-cluster scratch: {}",
+            String::from_utf8_lossy(&scratch.stderr)
+        );
         let dir = tempfile::Builder::new()
             .prefix("lanes-ceph")
-            .tempdir()
+            .tempdir_in(&base)
             .expect("tempdir");
         let pid = std::process::id();
         let addr = format!("127.77.{}.{}", (pid >> 8) % 250 + 1, pid % 250 + 1);
