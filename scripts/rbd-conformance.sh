@@ -9,11 +9,12 @@
 # Root only (Ceph's daemons). Loopback only: Ceph on 127.0.0.1, gateway 1 on 127.0.0.1,
 # gateway 2 on 127.0.0.2. Everything it starts it stops, everything it creates it removes; the
 # logs go to $LANES_RBD_OUT (default target/rbd-conformance). LANES_RBD_TESTS picks tests
-# (iscsi-test-cu --test), LANES_RBD_LOG sets the gateways' RUST_LOG.
+# (iscsi-test-cu --test), LANES_RBD_LOG sets the gateways' RUST_LOG, LANES_BIN the lanes binary
+# (default target/release/lanes). The test command runs it as crates/lanes/tests/rbd_conformance.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-lanes="$repo/target/release/lanes"
+lanes=${LANES_BIN:-$repo/target/release/lanes}
 out=${LANES_RBD_OUT:-$repo/target/rbd-conformance}
 floor_file="$repo/tests/conformance/rbd-floor"
 iqn="iqn.2026-11.io.lanes.test:rbd"

@@ -123,6 +123,16 @@ pub trait BlockDevice: Send + Sync + 'static {
         Ok(!self.fenced())
     }
 
+    /// For storage that other servers export too (the gateways of a shared RBD image):
+    /// publishes this server's target port groups with their ALUA state codes (SPC-4: 0
+    /// active/optimized .. 3 unavailable, 0xF transitioning), and returns those the other
+    /// servers publish, so that every path reports the same states. None for storage that only
+    /// this server exports. A blocking call (it asks the storage).
+    fn share_port_groups(&self, mine: &[(u16, u8)]) -> Option<std::io::Result<Vec<(u16, u8)>>> {
+        let _ = mine;
+        None
+    }
+
     /// COMPARE AND WRITE done by the storage itself: if `[offset, offset + compare.len())`
     /// equals `compare`, write `write` (same length) there, atomically against every client of
     /// the storage (other gateways of a shared image included). `None`: the device has no such

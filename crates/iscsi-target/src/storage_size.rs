@@ -7,7 +7,11 @@
 //!   READY and REPORT TARGET PORT GROUPS agree with the I/O that already fails with NOT READY
 //!   (02/04/0C), and hosts keep to other paths (ASYMMETRIC ACCESS STATE CHANGED tells them);
 //!   each period such a LUN tries a new connection (a new Ceph client), and once every LUN of
-//!   the target serves again its port groups return to the states they had.
+//!   the target serves again its port groups return to the states they had;
+//! - a target whose LUNs other servers export too (the gateways of shared RBD images) publishes
+//!   its port groups' states through that storage and takes the other servers' groups, so
+//!   REPORT TARGET PORT GROUPS gives the same states through every path (a fenced or stopped
+//!   gateway's groups unavailable everywhere).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +33,8 @@ pub async fn follow_loop(server: Arc<Server>) {
     let mut reconnect_errors: HashMap<(String, u64), String> = HashMap::new();
     // Port groups this loop made unavailable, with the state each had before.
     let mut fenced: HashMap<(String, u16), scsi::AluaState> = HashMap::new();
+    // The last error sharing each target's port groups, logged the same way.
+    let mut share_errors: HashMap<String, String> = HashMap::new();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -39,6 +45,7 @@ pub async fn follow_loop(server: Arc<Server>) {
             // hosts are told, and move) before a new client may bring them back.
             follow_fencing(&server, t, &mut fenced);
             reconnect_fenced(t, &mut reconnect_errors).await;
+            share_port_groups(&server, t, &mut share_errors).await;
             for (lun, lu) in t.luns.load().luns() {
                 let (lun, lu) = (*lun, lu.clone());
                 let before = lu.block_count();
@@ -95,6 +102,69 @@ async fn reconnect_fenced(t: &crate::TargetRuntime, errors: &mut HashMap<(String
     }
 }
 
+/// Publishes the states of the target's port groups on this server through each LUN whose
+/// storage other servers export too, and takes the groups they publish as the target's remote
+/// groups (when at least one LUN could tell).
+async fn share_port_groups(
+    server: &Server,
+    t: &crate::TargetRuntime,
+    errors: &mut HashMap<String, String>,
+) {
+    let mine: Vec<(u16, u8)> = local_tags(server, t)
+        .into_iter()
+        .map(|tag| (tag, t.tpgs.state_of(tag) as u8))
+        .collect();
+    let mine = Arc::new(mine);
+    let mut published = false;
+    let mut remote = Vec::new();
+    let mut error = None;
+    for (lun, lu) in t.luns.load().luns() {
+        if lu.config().device.fenced() {
+            // It cannot publish; whoever fenced it unpublished it.
+            continue;
+        }
+        let (device, mine) = (lu.config().device.clone(), mine.clone());
+        match tokio::task::spawn_blocking(move || device.share_port_groups(&mine)).await {
+            Ok(None) => {}
+            Ok(Some(Ok(groups))) => {
+                published = true;
+                remote.extend(
+                    groups
+                        .into_iter()
+                        .filter_map(|(g, code)| Some((g, scsi::AluaState::from_code(code)?))),
+                );
+            }
+            Ok(Some(Err(e))) => error = Some(format!("LUN {lun}: {e}")),
+            Err(e) => error = Some(format!("LUN {lun}: task: {e}")),
+        }
+    }
+    match error {
+        Some(text) if errors.get(&t.name) != Some(&text) => {
+            warn!(target = %t.name, "sharing port group states with the other gateways: {text}");
+            errors.insert(t.name.clone(), text);
+        }
+        Some(_) => {}
+        None => {
+            errors.remove(&t.name);
+        }
+    }
+    if published && t.tpgs.set_remote(&remote) {
+        info!(target = %t.name, groups = ?t.tpgs.remote(),
+            "other gateways' port groups changed: hosts are told");
+    }
+}
+
+/// The tags of this server's portal groups that carry target `t`.
+fn local_tags(server: &Server, t: &crate::TargetRuntime) -> std::collections::BTreeSet<u16> {
+    server
+        .portals
+        .read()
+        .iter()
+        .map(|p| p.tpgt)
+        .filter(|tag| t.on_portal_group(*tag))
+        .collect()
+}
+
 /// Puts the target's port groups on this server in the unavailable state while the storage of
 /// one of its LUNs has fenced this server, and back to their earlier states (recorded in
 /// `fenced`) once none is fenced any more.
@@ -109,14 +179,7 @@ fn follow_fencing(
         .luns()
         .iter()
         .any(|(_, lu)| lu.config().device.fenced());
-    let tags: std::collections::BTreeSet<u16> = server
-        .portals
-        .read()
-        .iter()
-        .map(|p| p.tpgt)
-        .filter(|tag| t.on_portal_group(*tag))
-        .collect();
-    for tag in tags {
+    for tag in local_tags(server, t) {
         let key = (t.name.clone(), tag);
         if refused {
             let now = t.tpgs.state_of(tag);

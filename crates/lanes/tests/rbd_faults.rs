@@ -354,6 +354,50 @@ async fn serving(portal: &str) -> bool {
     good
 }
 
+/// REPORT TARGET PORT GROUPS through the gateway at `portal`, in a session of its own:
+/// `(group, state)` by group.
+async fn port_groups(portal: &str) -> Option<Vec<(u16, u8)>> {
+    let addr = portal.parse().ok()?;
+    let opts = LoginOptions::new("iqn.2026-11.io.lanes:rbd-faults-checker");
+    let bound = Duration::from_secs(4);
+    let s = tokio::time::timeout(bound, Session::login(addr, TARGET, &opts))
+        .await
+        .ok()?
+        .ok()?;
+    let groups = tokio::time::timeout(bound, s.report_target_port_groups()).await;
+    let _ = tokio::time::timeout(bound, s.logout()).await;
+    let mut groups: Vec<(u16, u8)> = groups
+        .ok()?
+        .ok()?
+        .iter()
+        .map(|g| (g.group, g.state))
+        .collect();
+    groups.sort_unstable();
+    Some(groups)
+}
+
+/// Every gateway reports every gateway's port group active/optimized, within `bound` (the
+/// gateways share their states once a second).
+async fn port_groups_agree(portals: &[String], bound: Duration) -> Result<(), String> {
+    let expected: Vec<(u16, u8)> = (1..=GATEWAYS as u16).map(|g| (g, 0)).collect();
+    let deadline = Instant::now() + bound;
+    loop {
+        let mut seen = Vec::new();
+        for p in portals {
+            seen.push(port_groups(p).await);
+        }
+        if seen.iter().all(|s| s.as_ref() == Some(&expected)) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "port groups through each gateway {seen:?}, not {expected:?} through every one"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[test]
 fn faults_under_load_lose_no_acknowledged_write() {
     let faults: usize = std::env::var("LANES_RBD_FAULTS")
@@ -544,6 +588,7 @@ fn faults_under_load_lose_no_acknowledged_write() {
         }
         all_paths(&mp, &format!("fault {i} ({fault:?})"));
         let heal = heal_start.elapsed();
+        let agreed = rt.block_on(port_groups_agree(&portals, Duration::from_secs(10)));
         let mut p = std::mem::replace(&mut probe, PrProbe::new(Vec::new(), TARGET));
         let (p, checked) = rt.block_on(async move {
             let r = p.check().await;
@@ -552,7 +597,10 @@ fn faults_under_load_lose_no_acknowledged_write() {
         probe = p;
         let (a, b) = (&portals[i % GATEWAYS], &portals[(i + 1) % GATEWAYS]);
         let raced = rt.block_on(caw.race_between(a, b, TARGET, CAW_ROUNDS));
-        for why in [checked.err(), raced.err()].into_iter().flatten() {
+        for why in [checked.err(), raced.err(), agreed.err()]
+            .into_iter()
+            .flatten()
+        {
             load.violations
                 .lock()
                 .unwrap()
@@ -583,8 +631,8 @@ fn faults_under_load_lose_no_acknowledged_write() {
     });
     println!(
         "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
-         {} reservation changes ({} not answered GOOD), registrations identical on every \
-         gateway after every fault; {} COMPARE AND WRITE rounds, one winner each; \
+         {} reservation changes ({} not answered GOOD), registrations and port group states \
+         identical on every gateway after every fault; {} COMPARE AND WRITE rounds, one winner each; \
          {reconnected} fenced gateways reconnected by themselves",
         campaign.elapsed(),
         load.done.load(Ordering::Relaxed),

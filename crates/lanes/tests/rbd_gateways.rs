@@ -25,7 +25,11 @@ type Scenario = (&'static str, fn(&Cluster));
 #[test]
 fn gateways_over_one_cluster() {
     let cluster = Cluster::start(2);
-    let scenarios: [Scenario; 6] = [
+    let scenarios: [Scenario; 7] = [
+        (
+            "every_gateway_reports_every_gateways_port_group_state",
+            every_gateway_reports_every_gateways_port_group_state,
+        ),
         (
             "a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts",
             a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts,
@@ -443,6 +447,100 @@ fn a_gateway_restarted_after_kill_fences_its_predecessor_as_it_starts(cluster: &
         assert_eq!(write10(&sb, 3000, 0x66).await, (0, None));
         ready(&sa).await;
         assert!(sa.read(3000, 1).await.unwrap().iter().all(|x| *x == 0x66));
+    });
+}
+
+/// Gateway NAME over image SPEC with a portal group of tag TAG (from a configuration file).
+fn tagged_gateway(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    name: &str,
+    spec: &str,
+    tag: u16,
+) -> ServeChild {
+    let (pool, image) = spec.split_once('/').unwrap();
+    let home = dir.join(name);
+    std::fs::create_dir_all(home.join("data")).unwrap();
+    let config = home.join("lanes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata-dir = \"{}\"\n\n[[portal-group]]\ntag = {tag}\nportals = [\"127.0.0.1:0\"]\n\n\
+             [[target]]\nname = \"iqn.2026-11.io.lanes:ceph\"\n\n[[target.lun]]\nlun = 0\n\
+             backend = \"rbd\"\npool = \"{pool}\"\nimage = \"{image}\"\nceph-conf = \"{}\"\n",
+            home.join("data").display(),
+            cluster.conf.display(),
+        ),
+    )
+    .unwrap();
+    lanes_test_support::serve::ServeCommand::new(env!("CARGO_BIN_EXE_lanes"))
+        .arg("--config")
+        .arg(&config)
+        .inherit_stderr()
+        .start()
+}
+
+/// REPORT TARGET PORT GROUPS through `g` in a session of its own: `(group, state)` by group.
+async fn port_groups(g: &ServeChild) -> Vec<(u16, u8)> {
+    let s = login(g, "iqn.2026-11.test:alua-checker").await;
+    let mut groups: Vec<(u16, u8)> = s
+        .report_target_port_groups()
+        .await
+        .expect("REPORT TARGET PORT GROUPS")
+        .iter()
+        .map(|p| (p.group, p.state))
+        .collect();
+    let _ = s.logout().await;
+    groups.sort_unstable();
+    groups
+}
+
+/// Waits (at most `bound`; states are shared once a second) until every gateway in `gs`
+/// reports `expected`.
+async fn port_groups_become(
+    gs: &[&ServeChild],
+    expected: &[(u16, u8)],
+    bound: std::time::Duration,
+) {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        let mut seen = Vec::new();
+        for g in gs {
+            seen.push(port_groups(g).await);
+        }
+        if seen.iter().all(|s| s == expected) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "port groups through each gateway: {seen:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Gateways A (port group 1) and B (port group 2): REPORT TARGET PORT GROUPS through either
+/// lists both groups active/optimized. A is paused and B fences it (a LUN RESET that A cannot
+/// acknowledge): B reports group 1 unavailable. A resumes, finds itself fenced, reconnects,
+/// and both report both groups active/optimized again.
+fn every_gateway_reports_every_gateways_port_group_state(cluster: &Cluster) {
+    use lanes_test_support::serve::Signal;
+    cluster.image("alua", "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let a = tagged_gateway(cluster, dir.path(), "a", "rbd/alua", 1);
+    let b = tagged_gateway(cluster, dir.path(), "b", "rbd/alua", 2);
+    let both_optimized = [(1, 0), (2, 0)];
+    let bound = std::time::Duration::from_secs(30);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        port_groups_become(&[&a, &b], &both_optimized, bound).await;
+        let sb = login(&b, "iqn.2026-11.test:host").await;
+        a.signal(Signal::Stop);
+        wait_stopped(a.child.id());
+        sb.lun_reset().await.expect("LUN RESET through B");
+        port_groups_become(&[&b], &[(1, 3), (2, 0)], bound).await;
+        a.signal(Signal::Cont);
+        port_groups_become(&[&a, &b], &both_optimized, bound).await;
     });
 }
 

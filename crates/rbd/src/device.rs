@@ -9,6 +9,7 @@ use blockstore::{AioCompletion, AsyncBlockIo, BlockDevice, Extent, ReadDone};
 use bytes::{Bytes, BytesMut};
 
 use crate::ffi::{Image, OnError, Pool};
+use crate::port_groups::SharedGroups;
 use crate::Error;
 
 /// Where an image is.
@@ -79,6 +80,8 @@ struct Conn {
     fenced: Arc<AtomicBool>,
     /// [`noticing_blocklisting`] for asynchronous requests (shared, not built per request).
     on_error: OnError,
+    /// This client's entry for port groups in `lanes.gw.IMAGE`.
+    groups: SharedGroups,
 }
 
 impl Conn {
@@ -107,10 +110,12 @@ impl Conn {
             let (fenced, id) = (fenced.clone(), id.clone());
             Arc::new(move |e| noticing_blocklisting(&fenced, &id, e))
         };
+        let groups = SharedGroups::open(pool.clone(), &source.image)?;
         let conn = Conn {
             image,
             fenced,
             on_error,
+            groups,
         };
         Ok((conn, pool, size, id))
     }
@@ -306,6 +311,15 @@ impl BlockDevice for RbdDevice {
         }
         register_client(&self.source, &pool);
         crate::pr_store::move_to_client(&self.source, &pool).map_err(std::io::Error::other)?;
+        // Whoever fenced the old client normally unpublished it; a blocklisting from outside
+        // lanes (`ceph osd blocklist add`) did not.
+        let old = self.conn.load().groups.gid();
+        if let Ok(gateways) = crate::ffi::ObjectIo::open(
+            pool.clone(),
+            &crate::pr_store::gateways_object_name(&self.source.image),
+        ) {
+            crate::pr_store::unpublish(&gateways, old, &self.source.spec());
+        }
         self.conn.store(Arc::new(conn));
         tracing::warn!(
             image = %self.id,
@@ -316,6 +330,13 @@ impl BlockDevice for RbdDevice {
 
     fn aio(&self) -> Option<&dyn AsyncBlockIo> {
         self.aio.then_some(self as &dyn AsyncBlockIo)
+    }
+
+    fn share_port_groups(&self, mine: &[(u16, u8)]) -> Option<std::io::Result<Vec<(u16, u8)>>> {
+        Some(
+            self.gate()
+                .and_then(|conn| self.watch(&conn, conn.groups.share(mine))),
+        )
     }
 
     fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<Extent>> {

@@ -17,6 +17,7 @@
 mod device;
 mod ffi;
 mod incarnation;
+mod port_groups;
 mod pr_store;
 
 pub use device::{RbdDevice, RbdSource};

@@ -37,9 +37,11 @@ const ESHUTDOWN: i32 = 108;
 const REWATCH_ATTEMPTS: u32 = 30;
 
 /// `lanes.gw.IMAGE` attributes: `client.GID` holds a gateway's client address, `process.GID`
-/// the gateway process that published it ([`Incarnation`]).
+/// the gateway process that published it ([`Incarnation`]), `alua.GID` its target port groups
+/// and their states (`port_groups.rs`).
 const CLIENT: &str = "client.";
 const PROCESS: &str = "process.";
+pub(crate) const ALUA: &str = "alua.";
 
 /// The object name for an image's reservations.
 pub fn pr_object_name(image: &str) -> String {
@@ -378,9 +380,13 @@ impl Drop for Inner {
     }
 }
 
-/// Removes a gateway's client address and process from `lanes.gw.IMAGE`.
-fn unpublish(gateways: &ObjectIo, gid: u64, name: &str) {
-    for key in [format!("{CLIENT}{gid}"), format!("{PROCESS}{gid}")] {
+/// Removes what a gateway's client published in `lanes.gw.IMAGE`.
+pub(crate) fn unpublish(gateways: &ObjectIo, gid: u64, name: &str) {
+    for key in [
+        format!("{CLIENT}{gid}"),
+        format!("{PROCESS}{gid}"),
+        format!("{ALUA}{gid}"),
+    ] {
         match gateways.remove_xattr(&key) {
             // A blocklisted client cannot; whoever fenced it unpublished it.
             Err(e) if e.raw_os_error() == Some(ESHUTDOWN) => {}

@@ -3,8 +3,14 @@
 //! States are atomics so the per-command check is one load. Every change bumps a generation
 //! counter; each LU compares it with the last one it saw and raises ASYMMETRIC ACCESS STATE
 //! CHANGED on all its nexuses when it moves.
+//!
+//! Groups of other servers that export the same logical units (the other gateways of a shared
+//! RBD image) are *remote*: REPORT TARGET PORT GROUPS lists them with the states those
+//! servers publish, so every path reports the same states. No command runs through a remote
+//! group here; their list is read only by REPORT TARGET PORT GROUPS.
 
 use crate::sense::{key, Sense};
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Asymmetric access state of a target port group (SPC-4 table 167).
@@ -57,6 +63,8 @@ impl PortGroup {
 #[derive(Debug)]
 pub struct TargetPortGroups {
     groups: Vec<PortGroup>,
+    /// Other servers' groups, `(id, state)` in id order; each holds relative target port `id`.
+    remote: RwLock<Vec<(u16, AluaState)>>,
     generation: AtomicU64,
 }
 
@@ -73,6 +81,7 @@ impl TargetPortGroups {
             .collect();
         Self {
             groups,
+            remote: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
         }
     }
@@ -106,6 +115,43 @@ impl TargetPortGroups {
             .iter()
             .find(|g| g.id == group)
             .map_or(AluaState::ActiveOptimized, PortGroup::state)
+    }
+
+    /// Takes the groups other servers publish now (`(id, state)`; ids of this server's own
+    /// groups are ignored, and for an id given twice the least available state counts). A
+    /// remote group seen before and missing now is unavailable: its server stopped, or was
+    /// fenced and unpublished. Returns whether any remote state changed (then the generation
+    /// moves, and every nexus gets ASYMMETRIC ACCESS STATE CHANGED).
+    pub fn set_remote(&self, published: &[(u16, AluaState)]) -> bool {
+        let mut next: Vec<(u16, AluaState)> = Vec::new();
+        for &(id, state) in published {
+            if self.groups.iter().any(|g| g.id == id) {
+                continue;
+            }
+            match next.iter_mut().find(|(i, _)| *i == id) {
+                Some(entry) if rank(state) > rank(entry.1) => entry.1 = state,
+                Some(_) => {}
+                None => next.push((id, state)),
+            }
+        }
+        let mut remote = self.remote.write();
+        for &(id, _) in remote.iter() {
+            if !next.iter().any(|(i, _)| *i == id) {
+                next.push((id, AluaState::Unavailable));
+            }
+        }
+        next.sort_by_key(|(id, _)| *id);
+        if *remote == next {
+            return false;
+        }
+        *remote = next;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// Other servers' groups as last taken by [`Self::set_remote`], in id order.
+    pub fn remote(&self) -> Vec<(u16, AluaState)> {
+        self.remote.read().clone()
     }
 
     /// Counter bumped on every state change.
@@ -148,6 +194,17 @@ impl TargetPortGroups {
     }
 }
 
+/// How far a state is from serving I/O, for merging two reports of one group.
+fn rank(state: AluaState) -> u8 {
+    match state {
+        AluaState::ActiveOptimized => 0,
+        AluaState::ActiveNonOptimized => 1,
+        AluaState::Standby => 2,
+        AluaState::Transitioning => 3,
+        AluaState::Unavailable => 4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +221,28 @@ mod tests {
         assert_eq!(t.state_of(2), AluaState::Standby);
         assert!(TargetPortGroups::access_check(AluaState::Standby, 0x28, 0).is_some());
         assert!(TargetPortGroups::access_check(AluaState::Standby, 0x12, 0).is_none());
+    }
+
+    #[test]
+    fn remote_groups_follow_what_is_published_and_vanished_ones_go_unavailable() {
+        use AluaState::*;
+        let t = TargetPortGroups::one_per_port(1);
+        // Another server's group 2 and 3; our own group 1 is never taken from others.
+        assert!(t.set_remote(&[(3, ActiveOptimized), (1, Standby), (2, ActiveOptimized)]));
+        assert_eq!(t.remote(), vec![(2, ActiveOptimized), (3, ActiveOptimized)]);
+        assert_eq!(t.state_of(1), ActiveOptimized);
+        let g = t.generation();
+        assert!(!t.set_remote(&[(2, ActiveOptimized), (3, ActiveOptimized)]));
+        assert_eq!(t.generation(), g);
+        // Two reports of one group: the less available one counts.
+        assert!(t.set_remote(&[(2, ActiveOptimized), (2, Standby), (3, ActiveOptimized)]));
+        assert_eq!(t.remote(), vec![(2, Standby), (3, ActiveOptimized)]);
+        // Group 3's server is gone from the published list: unavailable, not forgotten.
+        assert!(t.set_remote(&[(2, ActiveOptimized)]));
+        assert_eq!(t.remote(), vec![(2, ActiveOptimized), (3, Unavailable)]);
+        assert!(t.generation() > g);
+        // It comes back.
+        assert!(t.set_remote(&[(2, ActiveOptimized), (3, ActiveOptimized)]));
+        assert_eq!(t.remote(), vec![(2, ActiveOptimized), (3, ActiveOptimized)]);
     }
 }

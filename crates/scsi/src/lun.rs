@@ -564,16 +564,25 @@ impl LogicalUnit {
 
     fn report_tpgs(&self, extended: bool, alloc: u32, out: &mut BytesMut) {
         let mut body = Vec::new();
-        for g in self.tpgs.groups() {
+        let remote = self.tpgs.remote();
+        let local = self
+            .tpgs
+            .groups()
+            .iter()
+            .map(|g| (g.id, g.state(), &g.ports[..]));
+        let others = remote
+            .iter()
+            .map(|(id, state)| (*id, *state, std::slice::from_ref(id)));
+        for (id, state, ports) in local.chain(others) {
             // PREF=0, asymmetric access state; supported states: T, U, S, AN, AO.
-            body.push(g.state() as u8);
+            body.push(state as u8);
             body.push(0x80 | 0x08 | 0x04 | 0x02 | 0x01);
-            body.extend_from_slice(&g.id.to_be_bytes());
+            body.extend_from_slice(&id.to_be_bytes());
             body.push(0);
             body.push(0); // status code
             body.push(0);
-            body.push(g.ports.len().min(255) as u8);
-            for p in g.ports.iter().take(255) {
+            body.push(ports.len().min(255) as u8);
+            for p in ports.iter().take(255) {
                 body.extend_from_slice(&[0, 0]);
                 body.extend_from_slice(&p.to_be_bytes());
             }

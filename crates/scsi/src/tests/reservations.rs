@@ -130,6 +130,48 @@ fn alua_state_change_raises_ua_and_blocks_io() {
 }
 
 #[test]
+fn report_target_port_groups_lists_other_servers_groups_with_their_states() {
+    let f = fixture();
+    let a = nexus(1, "iqn.a", 1);
+    f.map.nexus_added(&a);
+    run(&f.map, &a, &[0; 6], &[], 0);
+    let rtpg = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
+    let groups = |d: &[u8]| {
+        let mut out = Vec::new();
+        let mut at = 4;
+        while at + 8 <= d.len() {
+            let n = usize::from(d[at + 7]);
+            let id = u16::from_be_bytes([d[at + 2], d[at + 3]]);
+            let port = u16::from_be_bytes([d[at + 10], d[at + 11]]);
+            out.push((id, d[at] & 0x0F, port));
+            at += 8 + 4 * n;
+        }
+        out
+    };
+    let (_, before) = run(&f.map, &a, &rtpg, &[], 256);
+    // Another gateway publishes groups 7 (active/optimized) and 2 (one of ours: ignored).
+    assert!(f
+        .tpgs
+        .set_remote(&[(7, AluaState::ActiveOptimized), (2, AluaState::Standby)]));
+    let (o, _) = run(&f.map, &a, &[0; 6], &[], 0);
+    assert_eq!(
+        asc(&o),
+        (6, 0x2A, 0x06),
+        "a remote change is an access state change"
+    );
+    let (o, d) = run(&f.map, &a, &rtpg, &[], 256);
+    assert_eq!(o.status, 0);
+    let mut expected = groups(&before);
+    expected.push((7, 0, 7));
+    assert_eq!(groups(&d), expected);
+    // Its server vanished from the published list: unavailable everywhere.
+    assert!(f.tpgs.set_remote(&[]));
+    assert_eq!(asc(&run(&f.map, &a, &[0; 6], &[], 0).0), (6, 0x2A, 0x06));
+    let (_, d) = run(&f.map, &a, &rtpg, &[], 256);
+    assert_eq!(groups(&d).last(), Some(&(7, 3, 7)));
+}
+
+#[test]
 fn reserve6_and_resets() {
     let f = fixture();
     let a = nexus(1, "iqn.a", 1);
