@@ -2,7 +2,8 @@
 //! of a real Ceph cluster (Debian's packages, on a loopback address of the test's own), each
 //! its own portal group on 127.0.0.1, and `lanes attach`'s multipath device over the three
 //! paths under a 4 KiB write+read load. Faults one after another, each healed before the next:
-//! kill -9 of a gateway (restarted on the same portal), SIGSTOP of a gateway (short: resumed
+//! kill -9 of a gateway (restarted on the same portal a second later, as systemd restarts
+//! lanes.service: the new process fences its predecessor's client as it starts), SIGSTOP of a gateway (short: resumed
 //! before its watch times out; long: past it, so the next reset or reservation change fences
 //! it), a gateway cut from the host (its portal black-holed with nftables, both ways), a
 //! gateway cut from the cluster for 6 s, and kill -9 of an OSD, restarted a second later (in
@@ -14,7 +15,8 @@
 //! before it began (no lost write, no stale read, no torn or misplaced block); no request may
 //! fail. While each fault holds, a second host registers a reservation key through a gateway
 //! the fault spares (ha_rig/pr_probe.rs): after each heal every gateway reports the same
-//! registrations. After each heal a third host races COMPARE AND WRITEs through two gateways
+//! registrations, and every gateway's port group active/optimized through every gateway
+//! (REPORT TARGET PORT GROUPS). After each heal a third host races COMPARE AND WRITEs through two gateways
 //! (ha_rig/caw_probe.rs): exactly one winner per round. At the end every block reads back as
 //! last acknowledged.
 //!
@@ -512,8 +514,11 @@ fn faults_under_load_lose_no_acknowledged_write() {
                     .expect("the gateway exits on SIGKILL");
                 gws[g].serve = None;
                 let change = change(p);
-                load.progress(100, "load with a gateway dead");
+                // Dead for a second, then started again (as systemd restarts a crashed
+                // lanes.service): the new process fences its predecessor's client as it starts.
+                std::thread::sleep(HOLD);
                 gws[g].start(&cluster);
+                load.progress(100, "load after a gateway's restart");
                 change
             }
             Fault::Pause(g) | Fault::LongPause(g) => {
