@@ -123,6 +123,14 @@ pub trait BlockDevice: Send + Sync + 'static {
         Ok(!self.fenced())
     }
 
+    /// WRITE SAME done by the storage itself: `pattern` (one block) repeated over `len` bytes
+    /// from `offset`, without the caller sending every copy. None: the device has no such
+    /// operation and the caller writes the copies. A blocking call.
+    fn write_same(&self, offset: u64, len: u64, pattern: &[u8]) -> Option<std::io::Result<()>> {
+        let _ = (offset, len, pattern);
+        None
+    }
+
     /// For storage that other servers export too (the gateways of a shared RBD image):
     /// publishes this server's target port groups with their ALUA state codes (SPC-4: 0
     /// active/optimized .. 3 unavailable, 0xF transitioning), and returns those the other

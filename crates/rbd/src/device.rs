@@ -332,6 +332,13 @@ impl BlockDevice for RbdDevice {
         self.aio.then_some(self as &dyn AsyncBlockIo)
     }
 
+    fn write_same(&self, offset: u64, len: u64, pattern: &[u8]) -> Option<std::io::Result<()>> {
+        Some(self.check(offset, len).and_then(|()| {
+            let conn = self.gate()?;
+            self.watch(&conn, conn.image.write_same(offset, len, pattern))
+        }))
+    }
+
     fn share_port_groups(&self, mine: &[(u16, u8)]) -> Option<std::io::Result<Vec<(u16, u8)>>> {
         Some(
             self.gate()

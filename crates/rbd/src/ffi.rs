@@ -33,6 +33,8 @@ type GetU64 = unsafe extern "C" fn(Handle, *mut u64) -> c_int;
 type Read = unsafe extern "C" fn(Handle, u64, usize, *mut c_char) -> isize;
 type Write = unsafe extern "C" fn(Handle, u64, usize, *const c_char) -> isize;
 type Discard = unsafe extern "C" fn(Handle, u64, u64) -> c_int;
+/// `rbd_writesame(image, ofs, len, buf, data_len, op_flags)`.
+type WriteSame = unsafe extern "C" fn(Handle, u64, usize, *const c_char, usize, c_int) -> isize;
 type Flush = unsafe extern "C" fn(Handle) -> c_int;
 type GetId = unsafe extern "C" fn(Handle, *mut c_char, usize) -> c_int;
 type CompareAndWrite = unsafe extern "C" fn(
@@ -63,6 +65,7 @@ pub struct Api {
     read: Read,
     write: Write,
     discard: Discard,
+    write_same: WriteSame,
     flush: Flush,
     get_id: GetId,
     compare_and_write: CompareAndWrite,
@@ -116,6 +119,7 @@ pub fn api() -> Result<&'static Api, Error> {
                 read: symbol(&rbd, "rbd_read", b)?,
                 write: symbol(&rbd, "rbd_write", b)?,
                 discard: symbol(&rbd, "rbd_discard", b)?,
+                write_same: symbol(&rbd, "rbd_writesame", b)?,
                 flush: symbol(&rbd, "rbd_flush", b)?,
                 get_id: symbol(&rbd, "rbd_get_id", b)?,
                 compare_and_write: symbol(&rbd, "rbd_compare_and_write", b)?,
@@ -360,6 +364,36 @@ impl Image {
         let rc = unsafe { (self.api.discard)(self.image, offset, len) };
         if rc < 0 {
             Err(std::io::Error::from_raw_os_error(-rc))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// librbd's write-same: `pattern` repeated over `len` bytes from `offset` (`len` a
+    /// multiple of the pattern's length), sent to the OSDs once, not `len` bytes of it.
+    pub fn write_same(&self, offset: u64, len: u64, pattern: &[u8]) -> std::io::Result<()> {
+        let whole = usize::try_from(len)
+            .ok()
+            .filter(|l| !pattern.is_empty() && l.is_multiple_of(pattern.len()));
+        let Some(len) = whole else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "write same: the length is not a whole number of patterns",
+            ));
+        };
+        // SAFETY: open image; the pattern is readable for its length.
+        let n = unsafe {
+            (self.api.write_same)(
+                self.image,
+                offset,
+                len,
+                pattern.as_ptr().cast(),
+                pattern.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            Err(std::io::Error::from_raw_os_error((-n) as i32))
         } else {
             Ok(())
         }

@@ -57,6 +57,30 @@ fn two_gateways_share_an_image_and_exclusive_lock_is_refused() {
     );
     assert_eq!(&seen[..512], &block[..512]);
 
+    // WRITE SAME by the OSDs: one 512-byte pattern over 1 MiB + 512 bytes (crossing an object
+    // boundary at 4 MiB), read back through the other client; the bytes around it untouched.
+    let pattern: Vec<u8> = (0..512u32).map(|i| (i * 13 + 1) as u8).collect();
+    let (ws_at, ws_len) = ((4 << 20) - 4096, (1 << 20) + 512);
+    a.write_at(&[0x5A; 512], ws_at - 512).unwrap();
+    a.write_at(&[0x5A; 512], ws_at + ws_len).unwrap();
+    a.write_same(ws_at, ws_len, &pattern)
+        .expect("RBD does WRITE SAME itself")
+        .unwrap();
+    let mut back = vec![0u8; ws_len as usize + 1024];
+    b.read_at(&mut back, ws_at - 512).unwrap();
+    assert!(back[..512].iter().all(|x| *x == 0x5A), "before the range");
+    assert!(
+        back[512 + ws_len as usize..].iter().all(|x| *x == 0x5A),
+        "after the range"
+    );
+    for (i, chunk) in back[512..512 + ws_len as usize].chunks(512).enumerate() {
+        assert_eq!(chunk, &pattern[..], "pattern copy {i}");
+    }
+    assert!(
+        a.write_same(ws_at, 1000, &pattern).unwrap().is_err(),
+        "a length that is not whole patterns is refused"
+    );
+
     // COMPARE AND WRITE at the OSD: written when equal, the first difference reported when not.
     let at = 2 << 20;
     let old = vec![0x11u8; 512];

@@ -251,6 +251,8 @@ impl LogicalUnit {
                 .device
                 .punch_hole(offset, len)
                 .map_err(|e| Sense::device(&e, Sense::write_error()))?;
+        } else if let Some(done) = self.cfg.device.write_same(offset, len, &block) {
+            done.map_err(|e| Sense::device(&e, Sense::write_error()))?;
         } else {
             let per = (1usize << 20) / bs;
             let chunk: Vec<u8> = block.iter().copied().cycle().take(per * bs).collect();

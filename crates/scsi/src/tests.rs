@@ -550,6 +550,85 @@ fn write_same_unmap_and_fill() {
     assert_eq!(run(&f.map, &a, &ndob, &[], 0).0.status, 0);
 }
 
+/// A device that does WRITE SAME itself (as RBD does, through `rbd_writesame`).
+struct SameDoer {
+    inner: MemoryDevice,
+    calls: std::sync::Mutex<Vec<(u64, u64, usize)>>,
+}
+
+impl BlockDevice for SameDoer {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        self.inner.write_vectored_at(bufs, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.punch_hole(offset, len)
+    }
+    fn allocation_map(&self, offset: u64, len: u64) -> std::io::Result<Vec<blockstore::Extent>> {
+        self.inner.allocation_map(offset, len)
+    }
+    fn write_same(&self, offset: u64, len: u64, pattern: &[u8]) -> Option<std::io::Result<()>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((offset, len, pattern.len()));
+        let mut at = 0;
+        while at < len {
+            if let Err(e) = self.inner.write_at(pattern, offset + at) {
+                return Some(Err(e));
+            }
+            at += pattern.len() as u64;
+        }
+        Some(Ok(()))
+    }
+}
+
+/// WRITE SAME goes to a device that does it itself as one call with one block of pattern;
+/// with UNMAP and zeros it is still a deallocation.
+#[test]
+fn write_same_is_left_to_a_device_that_does_it_itself() {
+    let dev = Arc::new(SameDoer {
+        inner: MemoryDevice::new(BLOCKS * 512),
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let lu = Arc::new(
+        LogicalUnit::new(
+            config(dev.clone()),
+            Arc::new(TargetPortGroups::one_per_port(1)),
+        )
+        .unwrap(),
+    );
+    let map = LunMap::new(vec![(0, lu)]);
+    let a = nexus(1, "iqn.a", 1);
+    run(&map, &a, &[0u8; 6], &[], 0);
+    let ws = [0x41u8, 0, 0, 0, 0, 10, 0, 0, 5, 0];
+    assert_eq!(run(&map, &a, &ws, &[0xEE; 512], 0).0.status, 0);
+    assert_eq!(*dev.calls.lock().unwrap(), vec![(10 * 512, 5 * 512, 512)]);
+    let (_, d) = run(&map, &a, &cdb16(0x88, 10, 5), &[], 2560);
+    assert!(d.iter().all(|&b| b == 0xEE));
+    let mut unmap = ws;
+    unmap[1] = 0x08;
+    assert_eq!(run(&map, &a, &unmap, &[0; 512], 0).0.status, 0);
+    assert_eq!(
+        dev.calls.lock().unwrap().len(),
+        1,
+        "UNMAP with zeros deallocates"
+    );
+    let (_, d) = run(&map, &a, &cdb16(0x88, 10, 5), &[], 2560);
+    assert!(d.iter().all(|&b| b == 0));
+}
+
 #[test]
 fn write_through_when_cache_disabled() {
     let dev = Arc::new(MemoryDevice::new(BLOCKS * 512));
