@@ -107,7 +107,12 @@ echo "iscsi-test-cu exited $rc after $((SECONDS - started)) s"
 summary=$(awk '$1 == "tests" {print $2, $3, $4, $5; exit}' "$work/iscsi-test-cu.log")
 [ -n "$summary" ] || { tail -20 "$work/iscsi-test-cu.log"; echo "pair-conformance: no CUnit summary" >&2; exit 1; }
 read -r total ran passed failed <<<"$summary"
-grep -E "^\s*Test: .*\.\.\.FAILED|FAILED$" "$work/iscsi-test-cu.log" | sed 's/^/  /' | head -100 || true
+# A test failed when CUnit prints its numbered assertion records after it ("    1. file.c:NN  -
+# CU_ASSERT..."); libiscsi's own "[FAILED]" lines are log messages, in passing tests too.
+awk '/^Suite: / { suite = substr($0, 8); sub(/[ \t\r]+$/, "", suite); test = ""; next }
+     /^  Test: / { test = substr($0, 9); sub(/ \.\.\..*$/, "", test); shown = 0; next }
+     test != "" && !shown && /^ +[0-9]+\. [^ ]+\.c:[0-9]+ +- / { print "  FAILED " suite "." test; shown = 1 }' \
+    "$work/iscsi-test-cu.log" | head -100 || true
 floor=$(tr -dc '0-9' <"$floor_file" 2>/dev/null || echo 0)
 echo "pair conformance: $passed passed, $failed failed of $ran (floor ${floor:-0})"
 [ "$passed" -ge "${floor:-0}" ] || { echo "pair-conformance: $passed < floor $floor" >&2; exit 1; }
