@@ -148,9 +148,15 @@ async fn share_port_groups(
             errors.remove(&t.name);
         }
     }
-    if published && t.tpgs.set_remote(&remote) {
+    if !published {
+        return;
+    }
+    let before = t.tpgs.remote();
+    if t.tpgs.set_remote(&remote) {
         info!(target = %t.name, groups = ?t.tpgs.remote(),
-            "other gateways' port groups changed: hosts are told");
+            "other gateways' port group states changed: hosts are told");
+    } else if t.tpgs.remote() != before {
+        info!(target = %t.name, groups = ?t.tpgs.remote(), "other gateways' port groups");
     }
 }
 

@@ -528,6 +528,14 @@ impl PrStore for RadosPrStore {
         true
     }
 
+    /// Every gateway is a port group of its own (a tag of its own, as REPORT TARGET PORT
+    /// GROUPS across gateways needs too), and relative target port ids are the tags: an I_T
+    /// nexus is named alike on every gateway, so the SPC-2 RESERVE holder is shared like the
+    /// persistent reservations are.
+    fn shares_legacy(&self) -> bool {
+        true
+    }
+
     fn subscribe_notices(&self, on_notice: NoticeFn) {
         *self
             .shared

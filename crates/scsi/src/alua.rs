@@ -120,8 +120,10 @@ impl TargetPortGroups {
     /// Takes the groups other servers publish now (`(id, state)`; ids of this server's own
     /// groups are ignored, and for an id given twice the least available state counts). A
     /// remote group seen before and missing now is unavailable: its server stopped, or was
-    /// fenced and unpublished. Returns whether any remote state changed (then the generation
-    /// moves, and every nexus gets ASYMMETRIC ACCESS STATE CHANGED).
+    /// fenced and unpublished. Returns whether the state of a group already listed changed:
+    /// then the generation moves, and every nexus gets ASYMMETRIC ACCESS STATE CHANGED. A
+    /// group that appears is listed from then on without a unit attention (no path's access
+    /// changed; a host reads the groups when it logs in to the new server).
     pub fn set_remote(&self, published: &[(u16, AluaState)]) -> bool {
         let mut next: Vec<(u16, AluaState)> = Vec::new();
         for &(id, state) in published {
@@ -141,12 +143,14 @@ impl TargetPortGroups {
             }
         }
         next.sort_by_key(|(id, _)| *id);
-        if *remote == next {
-            return false;
-        }
+        let changed = next
+            .iter()
+            .any(|(id, state)| remote.iter().any(|(i, old)| i == id && old != state));
         *remote = next;
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        true
+        if changed {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        changed
     }
 
     /// Other servers' groups as last taken by [`Self::set_remote`], in id order.
@@ -227,11 +231,13 @@ mod tests {
     fn remote_groups_follow_what_is_published_and_vanished_ones_go_unavailable() {
         use AluaState::*;
         let t = TargetPortGroups::one_per_port(1);
-        // Another server's group 2 and 3; our own group 1 is never taken from others.
-        assert!(t.set_remote(&[(3, ActiveOptimized), (1, Standby), (2, ActiveOptimized)]));
+        // Another server's group 2 and 3 appear (no unit attention: no path's access changed);
+        // our own group 1 is never taken from others.
+        let g = t.generation();
+        assert!(!t.set_remote(&[(3, ActiveOptimized), (1, Standby), (2, ActiveOptimized)]));
         assert_eq!(t.remote(), vec![(2, ActiveOptimized), (3, ActiveOptimized)]);
         assert_eq!(t.state_of(1), ActiveOptimized);
-        let g = t.generation();
+        assert_eq!(t.generation(), g);
         assert!(!t.set_remote(&[(2, ActiveOptimized), (3, ActiveOptimized)]));
         assert_eq!(t.generation(), g);
         // Two reports of one group: the less available one counts.

@@ -187,6 +187,14 @@ impl LogicalUnit {
                 Ok(StoreResult::Conflict) => continue,
                 Ok(StoreResult::Stored(v)) => {
                     self.pr.install_state(work, v);
+                    // The other gateways check commands against their own copy: they must
+                    // have the new holder before this RESERVE or RELEASE completes.
+                    if let Err(e) = store.announce(v, &new_text) {
+                        tracing::warn!(
+                            "SPC-2 reservation change {v} stored, but not every gateway \
+                             acknowledged it: {e}"
+                        );
+                    }
                     return Some(Ok(()));
                 }
                 Err(e) => {

@@ -149,7 +149,13 @@ fn report_target_port_groups_lists_other_servers_groups_with_their_states() {
         out
     };
     let (_, before) = run(&f.map, &a, &rtpg, &[], 256);
-    // Another gateway publishes groups 7 (active/optimized) and 2 (one of ours: ignored).
+    // Another gateway publishes groups 7 (standby) and 2 (one of ours: ignored). A group that
+    // appears changes no path's access: no unit attention.
+    assert!(!f
+        .tpgs
+        .set_remote(&[(7, AluaState::Standby), (2, AluaState::Standby)]));
+    assert_eq!(run(&f.map, &a, &[0; 6], &[], 0).0.status, 0);
+    // Its state changes: every nexus is told.
     assert!(f
         .tpgs
         .set_remote(&[(7, AluaState::ActiveOptimized), (2, AluaState::Standby)]));

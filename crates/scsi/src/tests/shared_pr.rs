@@ -18,6 +18,8 @@ struct MemStore {
     /// Gateways of one storage (RBD): a change that takes access away waits for commands
     /// under way on the others.
     drains: bool,
+    /// The SPC-2 RESERVE holder is part of the shared state.
+    legacy: bool,
 }
 
 impl PrStore for MemStore {
@@ -48,6 +50,9 @@ impl PrStore for MemStore {
     }
     fn drains_on_reset(&self) -> bool {
         self.drains
+    }
+    fn shares_legacy(&self) -> bool {
+        self.legacy
     }
 }
 
@@ -114,6 +119,42 @@ fn lost_race_is_redone_on_the_newer_state_and_announced() {
     let (c, d) = pr_out(2, 1, 0xB, 0, 0);
     assert_eq!(run(&gb, &b, &c, &d, 0).0.status, 0);
     assert_eq!(run(&ga, &a, &write, &[0; 512], 0).0.status, 0);
+}
+
+/// An SPC-2 RESERVE through gateway A is a conflict for host b at gateway B at once, and a
+/// RELEASE through A frees it there at once: both are announced, since each gateway checks
+/// commands against its own copy of the state.
+#[test]
+fn spc2_reservations_are_announced_to_the_other_gateways() {
+    let store = Arc::new(MemStore {
+        legacy: true,
+        ..MemStore::default()
+    });
+    let (ga, gb) = (gateway(&store), gateway(&store));
+    let a = nexus(1, "iqn.a", 1);
+    let b = nexus(2, "iqn.b", 2);
+    for (g, n) in [(&ga, &a), (&gb, &b)] {
+        g.nexus_added(n);
+        run(g, n, &[0; 6], &[], 0);
+    }
+    let (reserve, release) = ([0x16, 0, 0, 0, 0, 0], [0x17, 0, 0, 0, 0, 0]);
+    let write = [0x2A, 0, 0, 0, 0, 1, 0, 0, 1, 0];
+    assert_eq!(run(&ga, &a, &reserve, &[], 0).0.status, 0);
+    assert_eq!(
+        run(&gb, &b, &write, &[0; 512], 0).0.status,
+        status::RESERVATION_CONFLICT
+    );
+    assert_eq!(
+        run(&gb, &b, &reserve, &[], 0).0.status,
+        status::RESERVATION_CONFLICT
+    );
+    assert_eq!(run(&ga, &a, &write, &[0; 512], 0).0.status, 0);
+    assert_eq!(run(&ga, &a, &release, &[], 0).0.status, 0);
+    assert_eq!(run(&gb, &b, &reserve, &[], 0).0.status, 0);
+    assert_eq!(
+        run(&ga, &a, &write, &[0; 512], 0).0.status,
+        status::RESERVATION_CONFLICT
+    );
 }
 
 #[test]
