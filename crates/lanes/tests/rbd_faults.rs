@@ -153,6 +153,15 @@ struct Gateway {
 /// The first gateway's user id (the others follow): ids no account on the machine uses.
 const FIRST_UID: u32 = 64_170;
 
+/// [`FIRST_UID`], or `LANES_RBD_FIRST_UID` (`bench/rbd-faults` takes other ids, so that a
+/// campaign beside the test command never cuts the other's gateways off).
+fn first_uid() -> u32 {
+    std::env::var("LANES_RBD_FIRST_UID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FIRST_UID)
+}
+
 /// The gateway's own copy of the cluster's configuration, with the admin key beside it and
 /// the client's log and admin socket in its home (it runs as a user of its own, which cannot
 /// read the cluster's directory).
@@ -206,7 +215,7 @@ impl Gateway {
         let port = free_port();
         let home = dir.join(format!("gw{n}"));
         std::fs::create_dir_all(&home).unwrap();
-        let uid = FIRST_UID + n as u32;
+        let uid = first_uid() + n as u32;
         let ceph_conf = own_ceph_conf(cluster, &home);
         let config = home.join("lanes.toml");
         std::fs::write(
