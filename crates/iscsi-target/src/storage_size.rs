@@ -151,6 +151,28 @@ async fn share_port_groups(
     if !published {
         return;
     }
+    // Another gateway with one of this gateway's tags: its group cannot be told apart from
+    // ours (nor its nexuses, for reservations). Said once while it lasts.
+    let mut clash: Vec<u16> = remote
+        .iter()
+        .map(|(g, _)| *g)
+        .filter(|g| mine.iter().any(|(m, _)| m == g))
+        .collect();
+    clash.sort_unstable();
+    clash.dedup();
+    let key = format!("{} (tags)", t.name);
+    if clash.is_empty() {
+        errors.remove(&key);
+    } else {
+        let text = format!("{clash:?}");
+        if errors.get(&key) != Some(&text) {
+            warn!(target = %t.name, groups = %text,
+                "another gateway of this storage uses this gateway's portal group tag: give each \
+                 gateway a [[portal-group]] tag of its own (REPORT TARGET PORT GROUPS and \
+                 reservations across gateways tell gateways apart by it)");
+            errors.insert(key, text);
+        }
+    }
     let before = t.tpgs.remote();
     if t.tpgs.set_remote(&remote) {
         info!(target = %t.name, groups = ?t.tpgs.remote(),
