@@ -159,11 +159,25 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
+    /// Stops the daemons and removes the directory; when the test is failing, the daemons'
+    /// logs are kept first (their path printed), since they may say why.
     fn drop(&mut self) {
         let _ = Command::new(script())
             .arg("down")
             .arg(self.dir.path())
             .status();
+        if std::thread::panicking() {
+            let keep = std::env::temp_dir().join(format!("lanes-ceph-logs-{}", std::process::id()));
+            let copied = Command::new("cp")
+                .arg("-r")
+                .arg(self.dir.path().join("log"))
+                .arg(&keep)
+                .status()
+                .is_ok_and(|s| s.success());
+            if copied {
+                eprintln!("the Ceph cluster's logs are kept in {}", keep.display());
+            }
+        }
     }
 }
 
