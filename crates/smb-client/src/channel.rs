@@ -7,16 +7,19 @@
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use smb_proto::client::{check_response_signature, ClientCredits};
 use smb_proto::crypto::kdf::CipherKey;
 use smb_proto::crypto::transform::{decrypt, encrypt, TRANSFORM_HEADER_LEN};
 use smb_proto::crypto::{Cipher, SigningKey};
-use smb_proto::{split_compound, Command, DirectTcp, FrameKind, Header, NtStatus, HEADER_LEN};
+use smb_proto::msg::{EchoRequest, Message as _};
+use smb_proto::{
+    split_compound, Command, DirectTcp, Flags, FrameKind, Header, NtStatus, HEADER_LEN,
+};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -26,7 +29,7 @@ use crate::error::SmbError;
 
 /// Largest frame accepted from a server: 8 MiB of data and room for headers.
 const MAX_FRAME: usize = 8 * 1024 * 1024 + 64 * 1024;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A session's encryption keys and nonce source (shared by its channels, so nonces never
 /// repeat under one key).
@@ -95,12 +98,42 @@ pub(crate) struct Outgoing<'a> {
     pub payload: u64,
     pub sign: Option<&'a SigningKey>,
     pub encrypt: Option<&'a Encryption>,
+    /// Sent again after its channel was lost (SMB2_FLAGS_REPLAY_OPERATION).
+    pub replay: bool,
+    /// The session's ChannelSequence (MS-SMB2 3.2.4.1.1), raised after each lost channel.
+    pub channel_sequence: u16,
+}
+
+impl<'a> Outgoing<'a> {
+    /// A request outside any session (NEGOTIATE, ECHO) or before its keys.
+    pub fn plain(command: Command, session_id: u64, body: &'a [u8]) -> Self {
+        Outgoing {
+            command,
+            session_id,
+            tree_id: 0,
+            body,
+            data: &[],
+            payload: 0,
+            sign: None,
+            encrypt: None,
+            replay: false,
+            channel_sequence: 0,
+        }
+    }
 }
 
 pub struct Channel {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// The same socket, to shut it down under a blocked reader and writer when the channel is
+    /// given up.
+    ctl: std::net::TcpStream,
+    /// When the channel was opened, and when a frame last arrived (ms after `opened`).
+    opened: Instant,
+    last_rx: AtomicU64,
+    /// A keep-alive ECHO is in flight.
+    echo_out: AtomicBool,
     state: parking_lot::Mutex<State>,
     credit_wait: Notify,
     /// The key this channel's requests are signed and responses checked with.
@@ -122,12 +155,21 @@ impl Channel {
             .map_err(|_| SmbError::ConnectTimeout(addr))?
             .map_err(|source| SmbError::Connect { addr, source })?;
         stream.set_nodelay(true)?;
+        // A channel given up is reset, its unsent requests dropped, rather than flushed to the
+        // server whenever the path comes back.
+        stream.set_zero_linger()?;
         let local = stream.local_addr()?;
-        let (rd, wr) = stream.into_split();
+        let std_stream = stream.into_std()?;
+        let ctl = std_stream.try_clone()?;
+        let (rd, wr) = TcpStream::from_std(std_stream)?.into_split();
         let ch = Arc::new(Channel {
             peer: addr,
             local,
             writer: tokio::sync::Mutex::new(wr),
+            ctl,
+            opened: Instant::now(),
+            last_rx: AtomicU64::new(0),
+            echo_out: AtomicBool::new(false),
             state: parking_lot::Mutex::new(State {
                 credits: ClientCredits::new(),
                 pending: HashMap::new(),
@@ -202,7 +244,12 @@ impl Channel {
             out.session_id,
             out.tree_id,
         );
-        header.flags.0 = 0;
+        header.flags.0 = if out.replay {
+            Flags::REPLAY_OPERATION
+        } else {
+            0
+        };
+        header.status = u32::from(out.channel_sequence);
         let mut head = Vec::with_capacity(4 + HEADER_LEN + out.body.len());
         head.extend_from_slice(&[0; 4]);
         header.encode(&mut head);
@@ -219,7 +266,10 @@ impl Channel {
                 .unwrap_or_else(|_| Err(self.closed("reader stopped"))),
             Err(e) => {
                 self.state.lock().pending.remove(&message_id);
-                Err(e)
+                // A request cut off halfway leaves the stream out of step: the channel is done.
+                let reason = format!("send failed: {e}");
+                self.lose(&reason);
+                Err(self.closed(&reason))
             }
         };
         self.inflight.fetch_sub(1, Ordering::Relaxed);
@@ -264,6 +314,60 @@ impl Channel {
             peer: self.peer,
             reason: reason.to_string(),
         }
+    }
+
+    /// Gives the channel up: the socket is shut down (a blocked send or receive returns) and
+    /// every request waiting on it fails with `Closed`, for the session to send again on
+    /// another channel.
+    pub(crate) fn lose(&self, reason: &str) {
+        let _ = self.ctl.shutdown(std::net::Shutdown::Both);
+        self.fail_all(reason.to_string());
+    }
+
+    fn since_rx(&self) -> Duration {
+        let now = self.opened.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_rx.load(Ordering::Relaxed)))
+    }
+
+    /// Watches the channel: an ECHO when it has been silent for a quarter of `timeout`, and
+    /// the channel given up when nothing at all arrives for `timeout` while a request (such
+    /// as that ECHO) waits for an answer. A channel whose path went silent is found this way
+    /// rather than by TCP's retransmission timeouts, which take minutes.
+    pub(crate) fn watch(self: &Arc<Self>, timeout: Duration) {
+        let weak = Arc::downgrade(self);
+        let tick = (timeout / 4).max(Duration::from_millis(10));
+        self.last_rx
+            .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(ch) = weak.upgrade() else { return };
+                if ch.is_closed() {
+                    return;
+                }
+                let silent = ch.since_rx();
+                let waiting = !ch.state.lock().pending.is_empty();
+                if waiting && silent >= timeout {
+                    let reason = format!("no answer for {} ms", silent.as_millis());
+                    tracing::warn!(peer = %ch.peer, "SMB channel given up: {reason}");
+                    ch.lose(&reason);
+                    return;
+                }
+                if silent >= tick && !ch.echo_out.swap(true, Ordering::Relaxed) {
+                    let echo = ch.clone();
+                    tokio::spawn(async move {
+                        let mut body = Vec::with_capacity(4);
+                        EchoRequest.encode(&mut body);
+                        let _ = echo
+                            .call(Outgoing::plain(Command::Echo, 0, &body), false)
+                            .await;
+                        echo.echo_out.store(false, Ordering::Relaxed);
+                    });
+                }
+            }
+        });
     }
 
     /// Ends the channel: every waiter gets an error.
@@ -384,6 +488,8 @@ async fn read_frames(ch: &Weak<Channel>, rd: &mut OwnedReadHalf) -> Result<(), S
         let Some(ch) = ch.upgrade() else {
             return Ok(());
         };
+        ch.last_rx
+            .store(ch.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         let encrypted = FrameKind::of(&frame) == FrameKind::Transform;
         if encrypted {
             let e = ch

@@ -3,10 +3,10 @@
 //! them, each to the channel with the fewest requests in flight.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
 use smb_proto::auth::ntlm_client::{ClientRandom, Credentials};
 use smb_proto::client::{
     Binding, ClientConnection, ClientNegotiateConfig, ClientNegotiated, SessionSetup, SetupDone,
@@ -19,10 +19,13 @@ use smb_proto::msg::negotiate::{
 };
 use smb_proto::msg::session::SESSION_FLAG_ENCRYPT_DATA;
 use smb_proto::msg::{Message as _, SessionSetupRequest};
-use smb_proto::{Command, Header, NtStatus};
+use smb_proto::Command;
 
 use crate::channel::{Channel, Encryption, Outgoing};
 use crate::error::SmbError;
+
+/// How long a channel may stay silent with a request waiting before it is given up.
+pub const DEFAULT_CHANNEL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to sign in and what to ask for.
 #[derive(Clone)]
@@ -37,6 +40,12 @@ pub struct ClientConfig {
     pub signing: Vec<SigningAlgorithm>,
     /// Credits each channel asks to hold.
     pub credit_target: u64,
+    /// A channel that answers nothing for this long while a request waits is given up (it is
+    /// sent an ECHO after a quarter of it in silence); None leaves loss to TCP.
+    pub channel_timeout: Option<Duration>,
+    /// Requests of a lost channel are sent again on another one, flagged as replays under a
+    /// raised ChannelSequence, and the lost channel is bound again once its address answers.
+    pub failover: bool,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -59,6 +68,8 @@ impl ClientConfig {
             signing_required: true,
             signing: vec![SigningAlgorithm::AesGmac, SigningAlgorithm::AesCmac],
             credit_target: 1024,
+            channel_timeout: Some(DEFAULT_CHANNEL_TIMEOUT),
+            failover: true,
         }
     }
 
@@ -104,6 +115,14 @@ pub(crate) struct SessionInner {
     pub encryption: Option<Arc<Encryption>>,
     pub channels: parking_lot::RwLock<Vec<Arc<Channel>>>,
     next: AtomicUsize,
+    /// The ChannelSequence requests carry, raised once per lost channel.
+    pub channel_sequence: AtomicU16,
+    /// Addresses of lost channels not yet bound again, and whether a task is binding them.
+    pub lost: parking_lot::Mutex<crate::failover::Lost>,
+    pub channels_lost: AtomicU64,
+    pub channels_rebound: AtomicU64,
+    /// Woken when a channel is bound (a request that found every channel lost waits for it).
+    pub bound: tokio::sync::Notify,
 }
 
 /// An authenticated session; cheap to clone.
@@ -125,19 +144,7 @@ async fn open(
         .negotiate_body(&salt)
         .map_err(|e| SmbError::from_client(Command::Negotiate, e))?;
     let (resp, sent) = ch
-        .call(
-            Outgoing {
-                command: Command::Negotiate,
-                session_id: 0,
-                tree_id: 0,
-                body: &body,
-                data: &[],
-                payload: 0,
-                sign: None,
-                encrypt: None,
-            },
-            true,
-        )
+        .call(Outgoing::plain(Command::Negotiate, 0, &body), true)
         .await?;
     let fail = |e| SmbError::from_client(Command::Negotiate, e);
     conn.sent_negotiate(sent.as_deref().unwrap_or(&[]))
@@ -181,21 +188,9 @@ async fn setup(
             security_buffer: &token,
         }
         .encode(&mut body);
-        let (resp, sent) = ch
-            .call(
-                Outgoing {
-                    command: Command::SessionSetup,
-                    session_id: state.session_id(),
-                    tree_id: 0,
-                    body: &body,
-                    data: &[],
-                    payload: 0,
-                    sign: state.request_key(),
-                    encrypt: None,
-                },
-                true,
-            )
-            .await?;
+        let mut out = Outgoing::plain(Command::SessionSetup, state.session_id(), &body);
+        out.sign = state.request_key();
+        let (resp, sent) = ch.call(out, true).await?;
         state.sent(sent.as_deref().unwrap_or(&[]));
         match state
             .on_response(&resp, neg.signing, neg.cipher)
@@ -231,6 +226,9 @@ impl Session {
         if let Some(e) = &encryption {
             let _ = ch.encryption.set(e.clone());
         }
+        if let Some(t) = config.channel_timeout {
+            ch.watch(t);
+        }
         Ok(Session {
             inner: Arc::new(SessionInner {
                 config,
@@ -242,6 +240,11 @@ impl Session {
                 encryption,
                 channels: parking_lot::RwLock::new(vec![ch]),
                 next: AtomicUsize::new(0),
+                channel_sequence: AtomicU16::new(0),
+                lost: Default::default(),
+                channels_lost: AtomicU64::new(0),
+                channels_rebound: AtomicU64::new(0),
+                bound: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -279,7 +282,11 @@ impl Session {
         if let Some(e) = &s.encryption {
             let _ = ch.encryption.set(e.clone());
         }
+        if let Some(t) = s.config.channel_timeout {
+            ch.watch(t);
+        }
         s.channels.write().push(ch.clone());
+        s.bound.notify_waiters();
         Ok(info(&ch))
     }
 
@@ -334,48 +341,12 @@ impl Session {
             .ok_or_else(|| SmbError::Usage("every channel of the session is closed".into()))
     }
 
-    /// Sends a signed (or encrypted) request of this session on the least busy channel;
-    /// returns the response once its status is a success (or one of `ok_statuses`), and the
-    /// channel that carried it.
-    pub(crate) async fn call(
-        &self,
-        command: Command,
-        tree_id: u32,
-        body: &[u8],
-        data: &[u8],
-        payload: u64,
-        ok_statuses: &[NtStatus],
-    ) -> Result<(Header, Bytes, Arc<Channel>), SmbError> {
-        let ch = self.pick()?;
-        let s = &self.inner;
-        let enc = s.encryption.as_deref();
-        let (resp, _) = ch
-            .call(
-                Outgoing {
-                    command,
-                    session_id: s.id,
-                    tree_id,
-                    body,
-                    data,
-                    payload,
-                    sign: if enc.is_some() {
-                        None
-                    } else {
-                        ch.signing.get()
-                    },
-                    encrypt: enc,
-                },
-                false,
-            )
-            .await?;
-        let h = Header::decode(&resp)?;
-        if h.nt_status() != NtStatus::SUCCESS && !ok_statuses.contains(&h.nt_status()) {
-            return Err(SmbError::Status {
-                command,
-                status: h.nt_status(),
-            });
-        }
-        Ok((h, resp, ch))
+    /// How many channels were lost, and how many of those were bound again.
+    pub fn failovers(&self) -> (u64, u64) {
+        (
+            self.inner.channels_lost.load(Ordering::Relaxed),
+            self.inner.channels_rebound.load(Ordering::Relaxed),
+        )
     }
 }
 
