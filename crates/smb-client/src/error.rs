@@ -30,6 +30,8 @@ pub enum SmbError {
     Closed { peer: SocketAddr, reason: String },
     #[error("{0}")]
     Usage(String),
+    #[error("verify: {0}")]
+    Verify(String),
 }
 
 impl SmbError {

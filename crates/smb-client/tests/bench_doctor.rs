@@ -22,14 +22,21 @@ async fn bench_runs_every_pattern_over_two_channels() {
         channels: 2,
         addresses: vec![],
         encrypt: false,
-        patterns: ["1m-seqwrite", "1m-seqread", "4k-randread", "4k-randwrite"]
-            .iter()
-            .map(|p| BenchPattern::parse(p).unwrap())
-            .collect(),
+        patterns: [
+            "1m-seqwrite",
+            "1m-seqread",
+            "4k-randread",
+            "4k-randwrite",
+            "64k-verify",
+        ]
+        .iter()
+        .map(|p| BenchPattern::parse(p).unwrap())
+        .collect(),
         duration: Duration::from_millis(300),
         size: 8 << 20,
         queue_depth: 4,
         cpu_seconds: || 0.0,
+        channel_timeout: None,
     };
     let r = bench::run(&opts, |_| {}).await.unwrap();
     assert!(r.bind_failures.is_empty(), "{:?}", r.bind_failures);
@@ -41,8 +48,14 @@ async fn bench_runs_every_pattern_over_two_channels() {
             .len(),
         8 << 20
     );
-    assert_eq!(r.results.len(), 4);
+    assert_eq!(r.results.len(), 5);
     for p in &r.results {
+        let timeline: u64 = p.timeline.iter().sum();
+        assert_eq!(
+            timeline, p.bytes,
+            "every completion is in the timeline: {p:?}"
+        );
+        assert!(p.longest_io > Duration::ZERO);
         assert!(
             p.ios > 0 && p.bytes == p.ios * u64::from(p.pattern.block),
             "{p:?}"

@@ -31,6 +31,10 @@ pub struct SmbArgs {
     /// SMB: encrypt every request (AES-128-GCM) instead of signing it.
     #[arg(long)]
     encrypt: bool,
+    /// SMB: give a channel up when it answers nothing for this long with requests waiting,
+    /// and send them again on the other channels (e.g. 2s) [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    channel_timeout: Option<String>,
 }
 
 /// The password from `--password-file` or `$LANES_SMB_PASSWORD`.
@@ -76,6 +80,12 @@ pub(super) async fn run(target: &str, args: &RunArgs) -> anyhow::Result<()> {
             .unwrap_or(256 << 20),
         queue_depth: args.threads.saturating_mul(args.depth),
         cpu_seconds,
+        channel_timeout: args
+            .smb
+            .channel_timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()?,
     };
     let report = bench::run(&opts, |m| eprintln!("lanes bench: {m}")).await?;
     let protection = match (&report.cipher, report.encrypted) {
@@ -94,8 +104,8 @@ pub(super) async fn run(target: &str, args: &RunArgs) -> anyhow::Result<()> {
         println!("  channel to {addr} not bound: {why}");
     }
     println!(
-        "{:<14} {:>5} {:>10} {:>9} {:>9}  bytes per channel",
-        "pattern", "qd", "IOPS", "MB/s", "CPU s/GB"
+        "{:<14} {:>5} {:>10} {:>9} {:>9} {:>11}  bytes per channel",
+        "pattern", "qd", "IOPS", "MB/s", "CPU s/GB", "longest ms"
     );
     for r in &report.results {
         let per: Vec<String> = r
@@ -104,13 +114,20 @@ pub(super) async fn run(target: &str, args: &RunArgs) -> anyhow::Result<()> {
             .map(|c| format!("{}={:.1}MB", c.server.ip(), c.bytes as f64 / 1e6))
             .collect();
         println!(
-            "{:<14} {:>5} {:>10.0} {:>9.1} {:>9.2}  {}",
+            "{:<14} {:>5} {:>10.0} {:>9.1} {:>9.2} {:>11.1}  {}",
             r.pattern.name,
             r.queue_depth,
             r.iops(),
             r.mb_per_s(),
             r.cpu_s_per_gb(),
+            r.longest_io.as_secs_f64() * 1e3,
             per.join(" ")
+        );
+    }
+    if report.channels_lost > 0 {
+        println!(
+            "channels given up: {}, bound again: {} (their requests were replayed on the others)",
+            report.channels_lost, report.channels_rebound
         );
     }
     if let Some(path) = &args.json {
@@ -131,6 +148,9 @@ pub(super) async fn run(target: &str, args: &RunArgs) -> anyhow::Result<()> {
             })).collect::<Vec<_>>(),
             "bind_failures": report.bind_failures.iter().map(|(a, w)| json!({"address": a.to_string(), "error": w})).collect::<Vec<_>>(),
             "region_bytes": report.file_size,
+            "channels_lost": report.channels_lost,
+            "channels_rebound": report.channels_rebound,
+            "timeline_bin_ms": bench::TIMELINE_BIN.as_millis() as u64,
             "depth": opts.queue_depth,
             "duration_s": opts.duration.as_secs_f64(),
             "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -145,6 +165,8 @@ pub(super) async fn run(target: &str, args: &RunArgs) -> anyhow::Result<()> {
                 "mb_per_s": r.mb_per_s(),
                 "cpu_s": r.cpu_seconds,
                 "cpu_s_per_gb": r.cpu_s_per_gb(),
+                "longest_io_ms": r.longest_io.as_secs_f64() * 1e3,
+                "timeline_bytes": r.timeline,
                 "channels": r.channels.iter().map(|c| json!({"server": c.server.to_string(), "client": c.client.to_string(), "bytes": c.bytes})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
