@@ -121,9 +121,28 @@ pub struct Conn {
 }
 
 /// Serves one TCP connection until the peer leaves or breaks the protocol.
+/// A client that went silent (a channel whose path is black-holed, a host that died) is
+/// found by TCP keep-alive after an idle minute and four unanswered probes 10 s apart,
+/// and data left unacknowledged for 90 s ends the connection: its session goes on through
+/// its other channels, and `lanes status` stops listing a dead one.
+fn watch_peer(stream: &TcpStream, peer: SocketAddr) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let set = || -> nix::Result<()> {
+        setsockopt(stream, sockopt::KeepAlive, &true)?;
+        setsockopt(stream, sockopt::TcpKeepIdle, &60)?;
+        setsockopt(stream, sockopt::TcpKeepInterval, &10)?;
+        setsockopt(stream, sockopt::TcpKeepCount, &4)?;
+        setsockopt(stream, sockopt::TcpUserTimeout, &90_000)
+    };
+    if let Err(e) = set() {
+        tracing::debug!(peer = %peer, "SMB connection: keep-alive not set: {e}");
+    }
+}
+
 pub async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
     let local = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
+    watch_peer(&stream, peer);
     let stats = Arc::new(ConnStats::new(server.new_id(), peer, local));
     server.conns.insert(stats.clone());
     Counters::bump(&server.counters.connections);
