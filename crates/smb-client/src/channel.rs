@@ -134,6 +134,9 @@ pub struct Channel {
     last_rx: AtomicU64,
     /// A keep-alive ECHO is in flight.
     echo_out: AtomicBool,
+    /// Told once when the channel ends (its session takes it out and binds it again).
+    on_end: OnceLock<Box<dyn Fn(&Arc<Channel>) + Send + Sync>>,
+    me: Weak<Channel>,
     state: parking_lot::Mutex<State>,
     credit_wait: Notify,
     /// The key this channel's requests are signed and responses checked with.
@@ -162,7 +165,9 @@ impl Channel {
         let std_stream = stream.into_std()?;
         let ctl = std_stream.try_clone()?;
         let (rd, wr) = TcpStream::from_std(std_stream)?.into_split();
-        let ch = Arc::new(Channel {
+        let ch = Arc::new_cyclic(|me| Channel {
+            me: me.clone(),
+            on_end: OnceLock::new(),
             peer: addr,
             local,
             writer: tokio::sync::Mutex::new(wr),
@@ -370,17 +375,33 @@ impl Channel {
         });
     }
 
-    /// Ends the channel: every waiter gets an error.
+    /// Ends the channel: every waiter gets an error, and the session hears of it once.
     fn fail_all(&self, reason: String) {
-        let pending = {
+        let (pending, first) = {
             let mut st = self.state.lock();
+            let first = st.closed.is_none();
             st.closed.get_or_insert(reason.clone());
-            std::mem::take(&mut st.pending)
+            (std::mem::take(&mut st.pending), first)
         };
         for (_, w) in pending {
             let _ = w.tx.send(Err(self.closed(&reason)));
         }
         self.credit_wait.notify_waiters();
+        if first {
+            if let (Some(hook), Some(me)) = (self.on_end.get(), self.me.upgrade()) {
+                hook(&me);
+            }
+        }
+    }
+
+    /// Has `hook` run when the channel ends (at once if it already has).
+    pub(crate) fn on_end(self: &Arc<Self>, hook: Box<dyn Fn(&Arc<Channel>) + Send + Sync>) {
+        let _ = self.on_end.set(hook);
+        if self.is_closed() {
+            if let Some(hook) = self.on_end.get() {
+                hook(self);
+            }
+        }
     }
 
     /// Takes one response message off the wire.

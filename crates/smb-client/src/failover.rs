@@ -132,20 +132,35 @@ impl Session {
         }
     }
 
-    /// Takes a lost channel out of the session (once, whoever sees it first), raises the
-    /// ChannelSequence and has its address bound again when it answers.
     fn channel_lost(&self, ch: &Arc<Channel>) {
-        let s = &self.inner;
-        let removed = {
+        channel_lost(&self.inner, ch);
+    }
+}
+
+/// Has the session hear of `ch` ending (given up by its watch, closed by the server).
+pub(crate) fn watch_end(inner: &Arc<SessionInner>, ch: &Arc<Channel>) {
+    let session = Arc::downgrade(inner);
+    ch.on_end(Box::new(move |ch| {
+        if let Some(inner) = session.upgrade() {
+            channel_lost(&inner, ch);
+        }
+    }));
+}
+
+/// Takes a lost channel out of the session (once, whoever sees it first), raises the
+/// ChannelSequence and has its address bound again when it answers.
+fn channel_lost(s: &Arc<SessionInner>, ch: &Arc<Channel>) {
+    {
+        {
             let mut chans = s.channels.write();
             let before = chans.len();
             chans.retain(|c| !Arc::ptr_eq(c, ch));
-            chans.len() != before
-        };
-        if !removed {
-            return;
+            if chans.len() == before {
+                return;
+            }
+            // Raised before the channel is seen gone: no replay goes out under the old value.
+            s.channel_sequence.fetch_add(1, Ordering::Relaxed);
         }
-        s.channel_sequence.fetch_add(1, Ordering::Relaxed);
         s.channels_lost.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             peer = %ch.peer,
@@ -157,7 +172,7 @@ impl Session {
             !std::mem::replace(&mut lost.rebinding, true)
         };
         if start {
-            tokio::spawn(rebind(Arc::downgrade(&self.inner)));
+            tokio::spawn(rebind(Arc::downgrade(s)));
         }
     }
 }

@@ -229,7 +229,7 @@ impl Session {
         if let Some(t) = config.channel_timeout {
             ch.watch(t);
         }
-        Ok(Session {
+        let session = Session {
             inner: Arc::new(SessionInner {
                 config,
                 client_guid,
@@ -246,7 +246,11 @@ impl Session {
                 channels_rebound: AtomicU64::new(0),
                 bound: tokio::sync::Notify::new(),
             }),
-        })
+        };
+        if let Some(ch) = session.inner.channels.read().first() {
+            crate::failover::watch_end(&session.inner, ch);
+        }
+        Ok(session)
     }
 
     /// Opens a new connection to `addr` (same port rules as the caller's) and binds it to this
@@ -286,6 +290,7 @@ impl Session {
             ch.watch(t);
         }
         s.channels.write().push(ch.clone());
+        crate::failover::watch_end(&self.inner, &ch);
         s.bound.notify_waiters();
         Ok(info(&ch))
     }

@@ -321,3 +321,41 @@ async fn a_silent_channel_loses_nothing_and_comes_back() {
     assert_eq!(session.channels.len(), 2, "{:?}", session.channels);
     f.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_channel_that_goes_silent_is_found_by_its_echo() {
+    let srv = start().await;
+    let (proxy, cut) = cuttable_proxy(srv.addrs[1]).await;
+    let mut cfg = config(PASS);
+    cfg.channel_timeout = Some(Duration::from_secs(1));
+    let s = Session::connect(srv.addrs[0], cfg).await.unwrap();
+    s.bind_channel(proxy).await.unwrap();
+    // Idle, the channel is kept alive by its ECHOs: it is not given up.
+    let echoes = |s: &Session| {
+        s.channels()
+            .iter()
+            .find(|c| c.server == proxy)
+            .map_or(0, |c| c.requests)
+    };
+    let first = echoes(&s);
+    until("ECHOs on an idle channel", Duration::from_secs(20), || {
+        echoes(&s) >= first + 4
+    })
+    .await;
+    assert_eq!(s.failovers(), (0, 0), "a quiet channel that answers stays");
+    // Silent: its ECHO goes unanswered, and it is given up with no request of ours waiting.
+    cut.send(true).unwrap();
+    until(
+        "the silent idle channel given up",
+        Duration::from_secs(20),
+        || s.failovers().0 == 1,
+    )
+    .await;
+    assert_eq!(s.channels().len(), 1);
+    cut.send(false).unwrap();
+    until("the channel bound again", Duration::from_secs(30), || {
+        s.failovers().1 == 1
+    })
+    .await;
+    assert_eq!(s.channels().len(), 2);
+}
