@@ -122,6 +122,9 @@ impl<'a> Outgoing<'a> {
     }
 }
 
+/// What a channel runs once when it ends.
+pub(crate) type EndHook = Box<dyn Fn(&Arc<Channel>) + Send + Sync>;
+
 pub struct Channel {
     pub peer: SocketAddr,
     pub local: SocketAddr,
@@ -135,7 +138,7 @@ pub struct Channel {
     /// A keep-alive ECHO is in flight.
     echo_out: AtomicBool,
     /// Told once when the channel ends (its session takes it out and binds it again).
-    on_end: OnceLock<Box<dyn Fn(&Arc<Channel>) + Send + Sync>>,
+    on_end: OnceLock<EndHook>,
     me: Weak<Channel>,
     state: parking_lot::Mutex<State>,
     credit_wait: Notify,
@@ -395,7 +398,7 @@ impl Channel {
     }
 
     /// Has `hook` run when the channel ends (at once if it already has).
-    pub(crate) fn on_end(self: &Arc<Self>, hook: Box<dyn Fn(&Arc<Channel>) + Send + Sync>) {
+    pub(crate) fn on_end(self: &Arc<Self>, hook: EndHook) {
         let _ = self.on_end.set(hook);
         if self.is_closed() {
             if let Some(hook) = self.on_end.get() {
