@@ -128,6 +128,10 @@ impl LockTable {
                 result = Err(INVALID_LOCK_RANGE);
                 break;
             }
+            if !valid_flags(l.flags) {
+                result = Err(NtStatus::INVALID_PARAMETER);
+                break;
+            }
             let mode = l.flags & (LOCKFLAG_SHARED_LOCK | LOCKFLAG_EXCLUSIVE_LOCK | LOCKFLAG_UNLOCK);
             if unlocking {
                 if mode != LOCKFLAG_UNLOCK {
@@ -147,6 +151,11 @@ impl LockTable {
                     }
                 }
                 continue;
+            }
+            // Only a lone lock may wait; in a request of several each must fail at once.
+            if locks.len() > 1 && l.flags & LOCKFLAG_FAIL_IMMEDIATELY == 0 {
+                result = Err(NtStatus::INVALID_PARAMETER);
+                break;
             }
             let exclusive = match mode {
                 LOCKFLAG_SHARED_LOCK => false,
@@ -185,6 +194,15 @@ impl LockTable {
         }
         result
     }
+}
+
+/// The flag combinations MS-SMB2 3.3.5.14 allows: a shared or exclusive lock, either with
+/// FAIL_IMMEDIATELY, or an unlock alone. Any other bit or mix is INVALID_PARAMETER.
+fn valid_flags(flags: u32) -> bool {
+    const S: u32 = LOCKFLAG_SHARED_LOCK;
+    const X: u32 = LOCKFLAG_EXCLUSIVE_LOCK;
+    const F: u32 = LOCKFLAG_FAIL_IMMEDIATELY;
+    [S, X, S | F, X | F, LOCKFLAG_UNLOCK].contains(&flags)
 }
 
 /// Open.LockSequenceArray (MS-SMB2 3.3.1.10, 3.3.5.14): the last lock sequence number done
@@ -277,6 +295,50 @@ mod tests {
 
     fn held(t: &LockTable, open: u64, offset: u64) -> bool {
         t.conflicts(KEY, open + 1, offset, 1, false)
+    }
+
+    #[test]
+    fn an_unlock_with_another_flag_or_an_unknown_bit_is_invalid() {
+        let t = LockTable::default();
+        assert_eq!(t.apply(KEY, 1, &[el(0, X)]), Ok(()));
+        for bad in [
+            U | LOCKFLAG_FAIL_IMMEDIATELY,
+            U | LOCKFLAG_EXCLUSIVE_LOCK,
+            U | LOCKFLAG_SHARED_LOCK,
+            LOCKFLAG_SHARED_LOCK | LOCKFLAG_EXCLUSIVE_LOCK,
+            LOCKFLAG_FAIL_IMMEDIATELY,
+            0,
+            0x100 | X,
+        ] {
+            assert_eq!(
+                t.apply(KEY, 1, &[el(0, bad)]),
+                Err(NtStatus::INVALID_PARAMETER),
+                "{bad:#x}"
+            );
+        }
+        assert!(
+            held(&t, 1, 0),
+            "nothing was unlocked by the refused requests"
+        );
+        assert_eq!(t.apply(KEY, 1, &[el(0, U)]), Ok(()));
+    }
+
+    #[test]
+    fn several_locks_in_one_request_must_each_fail_immediately() {
+        let t = LockTable::default();
+        let shared = LOCKFLAG_SHARED_LOCK;
+        let f = LOCKFLAG_FAIL_IMMEDIATELY;
+        assert_eq!(
+            t.apply(KEY, 1, &[el(0, shared | f), el(20, shared)]),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert!(!held(&t, 1, 0), "the first lock was undone");
+        assert_eq!(t.apply(KEY, 1, &[el(0, shared | f), el(20, X)]), Ok(()));
+        assert_eq!(
+            t.apply(KEY, 1, &[el(40, shared)]),
+            Ok(()),
+            "a lone lock may wait"
+        );
     }
 
     #[test]
