@@ -416,9 +416,12 @@ impl Conn {
             }
             let start = out.len();
             out.resize(start + HEADER_LEN, 0);
+            // A request that cannot be decoded (an unknown command among them) gets its own
+            // answer even after a failed request it is related to.
+            let undecodable = decoded.is_err() && self.negotiated.is_some();
             let outcome = if let Some(s) = early {
                 Outcome::Error(s)
-            } else if h.flags.is_related() && prev_status.is_error() {
+            } else if h.flags.is_related() && prev_status.is_error() && !undecodable {
                 Outcome::Error(prev_status)
             } else if self.negotiated.is_none() && h.command != Command::Negotiate {
                 return Err("request before NEGOTIATE");

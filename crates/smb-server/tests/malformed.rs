@@ -235,3 +235,39 @@ fn random_frames_after_negotiate_never_kill_the_server() {
     }
     still_serving(t.addr);
 }
+
+#[test]
+fn an_unknown_command_related_to_a_failed_request_is_invalid_parameter() {
+    let t = common::start();
+    let mut s = connect(t.addr);
+    negotiate(&mut s);
+    // A TREE_CONNECT without a session (it fails), then a related request with no such
+    // command: the second answers INVALID_PARAMETER of its own instead of the first one's
+    // status (smbtorture smb2.compound.invalid4).
+    let path = smb_proto::utf16le("\\\\host\\share");
+    let tc = smb_proto::msg::TreeConnectRequest {
+        flags: 0,
+        path: &path,
+    };
+    let mut msg = encode_message(&header(Command::TreeConnect, 1), &tc);
+    let first_len = msg.len().div_ceil(8) * 8;
+    msg.resize(first_len, 0);
+    msg[20..24].copy_from_slice(&(first_len as u32).to_le_bytes()); // NextCommand
+    let mut second = header(Command::Other(0xFF), 2);
+    second.flags.0 |= smb_proto::Flags::RELATED_OPERATIONS;
+    msg.extend_from_slice(&encode_message(&second, &EchoRequest));
+    send(&mut s, &msg);
+    let r = recv(&mut s).expect("the chain is answered");
+    let h1 = Header::decode(&r).unwrap();
+    assert!(h1.nt_status().is_error(), "{:?}", h1.nt_status());
+    assert_ne!(h1.nt_status(), NtStatus::INVALID_PARAMETER);
+    let rest = if h1.next_command > 0 {
+        r[h1.next_command as usize..].to_vec()
+    } else {
+        recv(&mut s).expect("the second element is answered")
+    };
+    let h2 = Header::decode(&rest).unwrap();
+    assert_eq!(h2.message_id, 2);
+    assert_eq!(h2.nt_status(), NtStatus::INVALID_PARAMETER);
+    still_serving(t.addr);
+}
