@@ -189,7 +189,20 @@ pub fn query_directory(
     let single = req.flags & QUERY_DIRECTORY_RETURN_SINGLE_ENTRY != 0;
     let mut buf = Vec::with_capacity(max.min(64 * 1024));
     let mut last: Option<usize> = None;
+    // A later QUERY_DIRECTORY on the same listing leaves out what was removed since the scan
+    // (smbtorture smb2.dir.fixed deletes everything through another handle halfway).
+    let dir = (!first).then(|| open.path.lock().clone());
     while let Some(e) = listing.entries.get(listing.next) {
+        if let Some(dir) = &dir {
+            let gone = e.name != "."
+                && e.name != ".."
+                && std::fs::symlink_metadata(dir.join(&e.name))
+                    .is_err_and(|err| err.kind() == std::io::ErrorKind::NotFound);
+            if gone {
+                listing.next += 1;
+                continue;
+            }
+        }
         let start = buf.len();
         if let Some(prev) = last {
             pad8(&mut buf, prev);
@@ -212,6 +225,9 @@ pub fn query_directory(
         }
     }
     if last.is_none() {
+        if listing.next >= listing.entries.len() {
+            return Err(NtStatus::NO_MORE_FILES);
+        }
         return Err(status::INFO_LENGTH_MISMATCH);
     }
     QueryDirectoryResponse { output: &buf }.encode(out);
