@@ -274,10 +274,18 @@ impl Channel {
                 .unwrap_or_else(|_| Err(self.closed("reader stopped"))),
             Err(e) => {
                 self.state.lock().pending.remove(&message_id);
-                // A request cut off halfway leaves the stream out of step: the channel is done.
-                let reason = format!("send failed: {e}");
-                self.lose(&reason);
-                Err(self.closed(&reason))
+                match e {
+                    // A write that failed may have left part of a request on the wire: the
+                    // stream is out of step and the channel is done.
+                    SmbError::Io(io) => {
+                        let reason = format!("send failed: {io}");
+                        self.lose(&reason);
+                        Err(self.closed(&reason))
+                    }
+                    // Refused before anything was written (too large, no cipher): the
+                    // request's own error, the channel stays.
+                    other => Err(other),
+                }
             }
         };
         self.inflight.fetch_sub(1, Ordering::Relaxed);

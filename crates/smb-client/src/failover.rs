@@ -65,17 +65,8 @@ impl Session {
                 Ok(ch) => ch,
                 Err(e) if !s.config.failover || started.elapsed() >= RETRY_FOR => return Err(e),
                 Err(_) => {
-                    // Every channel lost: wait for one to be bound again.
-                    let closed: Vec<_> = s
-                        .channels
-                        .read()
-                        .iter()
-                        .filter(|c| c.is_closed())
-                        .cloned()
-                        .collect();
-                    for c in &closed {
-                        self.channel_lost(c);
-                    }
+                    // Every channel lost (each one's end hook has queued it for a rebind):
+                    // wait for one to be bound again.
                     let bound = s.bound.notified();
                     if self.pick().is_err() {
                         let _ = tokio::time::timeout(REBIND_EVERY, bound).await;
@@ -151,29 +142,27 @@ pub(crate) fn watch_end(inner: &Arc<SessionInner>, ch: &Arc<Channel>) {
 /// ChannelSequence and has its address bound again when it answers.
 fn channel_lost(s: &Arc<SessionInner>, ch: &Arc<Channel>) {
     {
-        {
-            let mut chans = s.channels.write();
-            let before = chans.len();
-            chans.retain(|c| !Arc::ptr_eq(c, ch));
-            if chans.len() == before {
-                return;
-            }
-            // Raised before the channel is seen gone: no replay goes out under the old value.
-            s.channel_sequence.fetch_add(1, Ordering::Relaxed);
+        let mut chans = s.channels.write();
+        let before = chans.len();
+        chans.retain(|c| !Arc::ptr_eq(c, ch));
+        if chans.len() == before {
+            return;
         }
-        s.channels_lost.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            peer = %ch.peer,
-            "SMB channel lost; its requests go on the other channels as replays"
-        );
-        let start = {
-            let mut lost = s.lost.lock();
-            lost.addrs.push(ch.peer);
-            !std::mem::replace(&mut lost.rebinding, true)
-        };
-        if start {
-            tokio::spawn(rebind(Arc::downgrade(s)));
-        }
+        // Raised before the channel is seen gone: no replay goes out under the old value.
+        s.channel_sequence.fetch_add(1, Ordering::Relaxed);
+    }
+    s.channels_lost.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        peer = %ch.peer,
+        "SMB channel lost; its requests go on the other channels as replays"
+    );
+    let start = {
+        let mut lost = s.lost.lock();
+        lost.addrs.push(ch.peer);
+        !std::mem::replace(&mut lost.rebinding, true)
+    };
+    if start {
+        tokio::spawn(rebind(Arc::downgrade(s)));
     }
 }
 
