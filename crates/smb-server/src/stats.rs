@@ -200,6 +200,7 @@ pub fn signing_name(s: SigningAlgorithm) -> &'static str {
     match s {
         SigningAlgorithm::AesCmac => "AES-128-CMAC",
         SigningAlgorithm::AesGmac => "AES-128-GMAC",
+        SigningAlgorithm::HmacSha256 => "HMAC-SHA256",
     }
 }
 

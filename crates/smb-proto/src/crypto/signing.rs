@@ -1,9 +1,11 @@
-//! SMB 3.1.1 message signing (MS-SMB2 3.1.4.1): AES-128-CMAC (RFC 4493) or AES-128-GMAC over
-//! the whole message with the Signature field taken as zero. The GMAC nonce is the MessageId
-//! (8 bytes, little-endian) followed by 4 bytes whose bit 0 is set for a response
-//! (SMB2_FLAGS_SERVER_TO_REDIR) and bit 1 for a CANCEL request.
+//! SMB 3.1.1 message signing (MS-SMB2 3.1.4.1): AES-128-CMAC (RFC 4493), AES-128-GMAC or
+//! HMAC-SHA256 over the whole message with the Signature field taken as zero. HMAC-SHA256 is
+//! what a 3.1.1 client gets when it offers nothing else in SIGNING_CAPABILITIES: the key is
+//! still the 3.1.1 KDF's SigningKey, the signature the first 16 bytes of the HMAC. The GMAC
+//! nonce is the MessageId (8 bytes, little-endian) followed by 4 bytes whose bit 0 is set for
+//! a response (SMB2_FLAGS_SERVER_TO_REDIR) and bit 1 for a CANCEL request.
 //!
-//! Neither algorithm copies the message: CMAC is fed in three pieces, and GMAC is computed as
+//! No algorithm copies the message: CMAC and HMAC are fed in pieces, and GMAC is computed as
 //! GHASH over the message (the 48-byte header prefix and the zeroed signature are whole GHASH
 //! blocks) XOR E(K, J0), which is AES-GCM with an empty plaintext (NIST SP800-38D).
 
@@ -12,6 +14,8 @@ use aes::Aes128;
 use cmac::{Cmac, Mac};
 use ghash::universal_hash::UniversalHash;
 use ghash::GHash;
+use hmac::Hmac;
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::CryptoError;
@@ -19,15 +23,16 @@ use crate::header::{Flags, FLAGS_OFFSET, HEADER_LEN, SIGNATURE_OFFSET};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SigningAlgorithm {
+    HmacSha256,
     AesCmac,
     AesGmac,
 }
 
 impl SigningAlgorithm {
-    /// From the SIGNING_CAPABILITIES id (1 = AES-CMAC, 2 = AES-GMAC); HMAC-SHA256 (0) belongs
-    /// to the 2.x dialects and is not offered.
+    /// From the SIGNING_CAPABILITIES id (0 = HMAC-SHA256, 1 = AES-CMAC, 2 = AES-GMAC).
     pub fn from_u16(v: u16) -> Option<Self> {
         match v {
+            0 => Some(Self::HmacSha256),
             1 => Some(Self::AesCmac),
             2 => Some(Self::AesGmac),
             _ => None,
@@ -35,6 +40,7 @@ impl SigningAlgorithm {
     }
     pub fn to_u16(self) -> u16 {
         match self {
+            Self::HmacSha256 => 0,
             Self::AesCmac => 1,
             Self::AesGmac => 2,
         }
@@ -92,6 +98,15 @@ impl SigningKey {
                 Ok(mac.finalize().into_bytes().into())
             }
             SigningAlgorithm::AesGmac => Ok(gmac_aes128(&self.key, &gmac_nonce(head), &all)),
+            SigningAlgorithm::HmacSha256 => {
+                let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+                    .map_err(|_| CryptoError::Malformed("key length"))?;
+                all.iter().for_each(|p| mac.update(p));
+                let full = mac.finalize().into_bytes();
+                let mut sig = [0u8; 16];
+                sig.copy_from_slice(full.get(..16).unwrap_or(&[0; 16]));
+                Ok(sig)
+            }
         }
     }
 
@@ -252,6 +267,41 @@ mod tests {
             gmac_aes128(&key, &nonce, &[&aad[..32], &[], &aad[32..]]).to_vec(),
             icv
         );
+    }
+
+    /// HMAC-SHA256 signing of a signed ECHO request (MessageId 5, SessionId
+    /// 0x1122334455667788) whose Signature field holds 0xAA bytes, under the key 00..0F: the
+    /// first 16 bytes of HMAC-SHA256 over the message with that field zeroed, as computed by
+    /// an independent HMAC-SHA256 (Python's `hmac` module).
+    #[test]
+    fn hmac_sha256_known_answer() {
+        let key: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let mut msg = hex(
+            "fe534d4240000100000000000d00010008000000000000000500000000000000
+             fffe0000000000008877665544332211aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
+             04000000",
+        );
+        let expected = hex("6d542de57f84a6f9992740bbbeade09f");
+        let k = SigningKey::new(SigningAlgorithm::HmacSha256, key);
+        assert_eq!(k.compute(&msg).unwrap().to_vec(), expected);
+        assert_eq!(
+            k.compute_parts(&[&msg[..64], &msg[64..66], &msg[66..]])
+                .unwrap()
+                .to_vec(),
+            expected
+        );
+        assert!(!k.verify(&msg));
+        k.sign(&mut msg).unwrap();
+        assert_eq!(msg[48..64].to_vec(), expected);
+        assert!(k.verify(&msg));
+        // The same key under another algorithm signs differently.
+        assert!(!SigningKey::new(SigningAlgorithm::AesCmac, key).verify(&msg));
+        assert_eq!(
+            SigningAlgorithm::from_u16(0),
+            Some(SigningAlgorithm::HmacSha256)
+        );
+        assert_eq!(SigningAlgorithm::HmacSha256.to_u16(), 0);
+        assert_eq!(SigningAlgorithm::from_u16(3), None);
     }
 
     #[test]

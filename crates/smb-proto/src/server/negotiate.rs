@@ -157,3 +157,67 @@ pub fn wildcard_response<'a>(
         contexts: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NegotiateConfig {
+        NegotiateConfig {
+            server_guid: [7; 16],
+            capabilities: 0,
+            max_transact_size: 65536,
+            max_read_size: 65536,
+            max_write_size: 65536,
+            server_start_time: 0,
+            signing_required: false,
+            ciphers: vec![Cipher::Aes128Gcm],
+            signing: vec![
+                SigningAlgorithm::AesGmac,
+                SigningAlgorithm::AesCmac,
+                SigningAlgorithm::HmacSha256,
+            ],
+        }
+    }
+
+    /// The algorithm chosen for a client offering `offer` (None: no SIGNING_CAPABILITIES),
+    /// and the algorithms the response's signing context lists.
+    fn choose(offer: Option<Vec<u16>>) -> (SigningAlgorithm, Option<Vec<u16>>) {
+        let salt = [0u8; 32];
+        let mut contexts = vec![NegotiateContext::PreauthIntegrity {
+            hash_algorithms: vec![HASH_SHA512],
+            salt: &salt,
+        }];
+        if let Some(algorithms) = offer {
+            contexts.push(NegotiateContext::Signing { algorithms });
+        }
+        let req = NegotiateRequest {
+            security_mode: 1,
+            capabilities: 0,
+            client_guid: [1; 16],
+            dialects: vec![DIALECT_311],
+            contexts,
+        };
+        let (n, resp) = negotiate(&req, &config(), &salt, 0, &[]).unwrap();
+        let answered = resp.contexts.iter().find_map(|c| match c {
+            NegotiateContext::Signing { algorithms } => Some(algorithms.clone()),
+            _ => None,
+        });
+        (n.signing, answered)
+    }
+
+    #[test]
+    fn signing_is_the_servers_first_choice_the_client_offers() {
+        use SigningAlgorithm::*;
+        // HMAC-SHA256 alone (smbtorture's signing-hmac-sha-256): HMAC-SHA256.
+        assert_eq!(choose(Some(vec![0])), (HmacSha256, Some(vec![0])));
+        // The server's order decides, not the client's.
+        assert_eq!(choose(Some(vec![0, 1])), (AesCmac, Some(vec![1])));
+        assert_eq!(choose(Some(vec![0, 1, 2])), (AesGmac, Some(vec![2])));
+        assert_eq!(choose(Some(vec![1, 2])), (AesGmac, Some(vec![2])));
+        // Nothing the server knows: AES-CMAC, the 3.x default.
+        assert_eq!(choose(Some(vec![9])), (AesCmac, Some(vec![1])));
+        // No signing context: AES-CMAC and no context in the answer.
+        assert_eq!(choose(None), (AesCmac, None));
+    }
+}
