@@ -142,6 +142,42 @@ fn wrong_password_is_refused_by_the_server() {
     );
 }
 
+/// The NTLMv2 response of smbtorture's smb2.session.ntlmssp_bug14932 (Samba bug 14932): a
+/// 95-byte response whose client challenge carries AV pairs cut short. It is a malformed token
+/// (the server answers INVALID_PARAMETER), refused before the user is looked up.
+#[test]
+fn truncated_ntlmv2_response_is_malformed() {
+    let nt = hex("abababababababababababababababab0101000000000000
+         3f3f3f3f3f3f3f3fb8823af1b3dd08150000000011a20881
+         503822782b9447fe54947bff17275ab4f418badc2c38fd5b
+         fb0ec1851ecc92bb9bb1c4d55314ff8c7649f5459019a2");
+    assert_eq!(nt.len(), 95);
+    let mut client = NtlmClient::new(creds("secret"), random(3));
+    let mut server = NtlmServer::new(params());
+    server.negotiate(&client.negotiate().unwrap()).unwrap();
+    let (u, d, w) = (utf16("alice"), utf16("WORKGROUP"), utf16("BENCH"));
+    let auth = AuthenticateMessage {
+        lm_response: &[0; 24],
+        nt_response: &nt,
+        domain: &d,
+        user: &u,
+        workstation: &w,
+        encrypted_random_session_key: &[0; 16],
+        flags: 0xE288_8235,
+        mic: None,
+    }
+    .encode([10, 0, 0x61, 0x4a, 0, 0, 0, 15]);
+    let mut looked_up = false;
+    let err = server
+        .authenticate(&auth, |_, _| {
+            looked_up = true;
+            Some(nt_hash("secret"))
+        })
+        .unwrap_err();
+    assert!(matches!(err, AuthError::Malformed(_)), "{err:?}");
+    assert!(!looked_up);
+}
+
 #[test]
 fn out_of_order_steps_are_errors() {
     let mut client = NtlmClient::new(creds("x"), random(1));

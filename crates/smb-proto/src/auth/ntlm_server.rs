@@ -306,9 +306,16 @@ impl NtlmServer {
         if auth.nt_response.is_empty() && user.is_empty() {
             return Err(AuthError::Anonymous);
         }
+        // A malformed NTLMv2 response (its client challenge or AV pairs cut short) is refused
+        // as such before any user is looked up.
+        let resp = if auth.nt_response.len() > 24 {
+            Some(NtlmV2Response::decode(auth.nt_response)?)
+        } else {
+            None
+        };
         let hash = lookup(&user, &domain).ok_or(AuthError::UnknownUser)?;
         let keys = verify_ntlmv2(&auth, &hash, server_challenge)?;
-        let resp = NtlmV2Response::decode(auth.nt_response)?;
+        let resp = resp.ok_or(AuthError::NotNtlmV2)?;
         if resp.av_flags() & av::FLAG_MIC_PRESENT != 0 {
             let mic = auth.mic.ok_or(AuthError::BadMic)?;
             let want = compute_mic(&keys.exported_session_key, negotiate, challenge, token);
