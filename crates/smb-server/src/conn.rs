@@ -553,15 +553,16 @@ impl Conn {
             {
                 return Some(SigningKey::new(bound.signing, bound.keys.signing));
             }
-            if req.command == Command::SessionSetup && req.flags.is_signed() {
+            // A signed request naming a session this connection is no channel of (a failed
+            // binding, a request before the binding): answered with the session's key.
+            if req.flags.is_signed() {
                 let s = self.server.session(session_id)?;
                 return Some(SigningKey::new(s.signing, s.keys.signing));
             }
             return None;
         };
-        if status == NtStatus::USER_SESSION_DELETED || status == NtStatus::NETWORK_SESSION_EXPIRED {
-            return None;
-        }
+        // A session ended meanwhile (LOGOFF or a failed re-authentication on another channel)
+        // still answers with this channel's key.
         let final_setup = req.command == Command::SessionSetup && status == NtStatus::SUCCESS;
         if final_setup || req.flags.is_signed() || ch.session.signing_required {
             Some(ch.signing.clone())

@@ -214,11 +214,21 @@ impl Conn {
     }
 
     /// The session a request names, with its signature checked.
-    fn check_session(&self, inc: &Incoming<'_>) -> Result<Arc<Session>, NtStatus> {
-        let ch = self
-            .channels
-            .get(&inc.session_id)
-            .ok_or(NtStatus::USER_SESSION_DELETED)?;
+    pub(crate) fn check_session(&self, inc: &Incoming<'_>) -> Result<Arc<Session>, NtStatus> {
+        let Some(ch) = self.channels.get(&inc.session_id) else {
+            // A session of the server that this connection is no channel of: a signed
+            // request is still checked with the session's key (ACCESS_DENIED when it does not
+            // verify), and USER_SESSION_DELETED goes back signed with that key.
+            if inc.header.flags.is_signed() {
+                if let Some(s) = self.server.session(inc.session_id) {
+                    let key = smb_proto::crypto::SigningKey::new(s.signing, s.keys.signing);
+                    if !key.verify(inc.bytes) {
+                        return Err(NtStatus::ACCESS_DENIED);
+                    }
+                }
+            }
+            return Err(NtStatus::USER_SESSION_DELETED);
+        };
         if ch.session.closed.load(Ordering::Relaxed) {
             return Err(NtStatus::USER_SESSION_DELETED);
         }

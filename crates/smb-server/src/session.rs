@@ -37,7 +37,12 @@ pub fn negotiate_config(server: &Server) -> NegotiateConfig {
             Cipher::Aes256Gcm,
             Cipher::Aes256Ccm,
         ],
-        signing: vec![SigningAlgorithm::AesGmac, SigningAlgorithm::AesCmac],
+        // HMAC-SHA256 last: a 3.1.1 client may still offer nothing else.
+        signing: vec![
+            SigningAlgorithm::AesGmac,
+            SigningAlgorithm::AesCmac,
+            SigningAlgorithm::HmacSha256,
+        ],
     }
 }
 
@@ -106,6 +111,10 @@ impl Conn {
             if !self.channels.contains_key(&sid) {
                 return Outcome::Error(NtStatus::USER_SESSION_DELETED);
             }
+            // Signed with this channel's key like any request on it (MS-SMB2 3.3.5.2.4).
+            if let Err(s) = self.check_session(inc) {
+                return Outcome::Error(s);
+            }
             self.pending_auth.insert(
                 sid,
                 PendingAuth {
@@ -162,7 +171,7 @@ impl Conn {
                     self.channels.insert(
                         sid,
                         Channel {
-                            signing: SigningKey::new(bound.signing, key),
+                            signing: SigningKey::new(neg.signing, key),
                             session: bound,
                         },
                     );
@@ -227,17 +236,24 @@ impl Conn {
                 Outcome::Reply(Reply::ok())
             }
             Err(e) => {
-                if self
+                let binding = self
                     .pending_auth
                     .remove(&sid)
-                    .is_some_and(|p| p.binding.is_some())
-                {
+                    .is_some_and(|p| p.binding.is_some());
+                if binding {
                     Counters::bump(&self.server.counters.binds_denied);
+                } else if let Some(live) = self.channels.get(&sid).map(|c| c.session.clone()) {
+                    // A failed re-authentication ends the session (MS-SMB2 3.3.5.5.3, as
+                    // Windows does). Its channels stay until their connections go, so that
+                    // USER_SESSION_DELETED goes back signed with their keys.
+                    tracing::warn!(peer = %self.peer, user = %live.user, "SMB session {sid:#x} ended by a failed re-authentication");
+                    end_session(&self.server, &live, false);
+                    self.server.remove_session(sid);
                 }
                 let user = tried.unwrap_or_default();
                 tracing::warn!(peer = %self.peer, user = %user, "SMB logon failure: {e}");
                 Counters::bump(&self.server.counters.logon_failures);
-                Outcome::Error(NtStatus::LOGON_FAILURE)
+                Outcome::Error(auth_status(&e))
             }
         }
     }
@@ -249,6 +265,15 @@ impl Conn {
         neg: &smb_proto::server::Negotiated,
     ) -> Result<(), NtStatus> {
         let sid = inc.header.session_id;
+        if let Some(ch) = self.channels.get(&sid) {
+            // A channel of the session already: the request is checked with its key first,
+            // as any request on it (MS-SMB2 3.3.5.2.4).
+            return Err(if ch.signing.verify(inc.bytes) {
+                NtStatus::REQUEST_NOT_ACCEPTED
+            } else {
+                NtStatus::ACCESS_DENIED
+            });
+        }
         if neg.dialect != DIALECT_311 {
             return Err(NtStatus::REQUEST_NOT_ACCEPTED);
         }
@@ -266,23 +291,24 @@ impl Conn {
             return Err(NtStatus::INVALID_PARAMETER);
         }
         // Signing algorithm and cipher first, with Windows' statuses (as smbtorture's
-        // bind_negative tests check them), then the client GUID.
+        // bind_negative tests check them). A session signed with
+        // AES-GMAC takes channels of AES-GMAC only, and an AES-GMAC channel joins only such a
+        // session; AES-CMAC and HMAC-SHA256 mix (the binding request is then checked with the
+        // session's algorithm, the channel signs with its own).
         if session.signing != neg.signing {
-            return Err(if session.signing == SigningAlgorithm::AesGmac {
-                NtStatus::REQUEST_OUT_OF_SEQUENCE
-            } else {
-                NtStatus::NOT_SUPPORTED
-            });
+            if session.signing == SigningAlgorithm::AesGmac {
+                return Err(NtStatus::REQUEST_OUT_OF_SEQUENCE);
+            }
+            if neg.signing == SigningAlgorithm::AesGmac {
+                return Err(NtStatus::NOT_SUPPORTED);
+            }
         }
         if session.cipher != neg.cipher {
             return Err(NtStatus::INVALID_PARAMETER);
         }
-        if session.client_guid != neg.client_guid {
-            return Err(NtStatus::USER_SESSION_DELETED);
-        }
-        if self.channels.contains_key(&sid) {
-            return Err(NtStatus::REQUEST_NOT_ACCEPTED);
-        }
+        // MS-SMB2 3.3.5.5.2 lets a server refuse a channel whose ClientGuid differs from the
+        // session's (a MAY); Windows binds it, and so does this server: the binding is still
+        // signed with the session's key and authenticated as the session's user.
         if session.state.lock().channels >= MAX_CHANNELS {
             return Err(NtStatus::INSUFFICIENT_RESOURCES);
         }
@@ -325,6 +351,15 @@ impl Conn {
         // The response is still signed with this channel's key; the channel goes after it.
         self.logged_off.push(session_id);
         Outcome::Reply(Reply::ok())
+    }
+}
+
+/// The status of a failed authentication step: a token that does not parse (a truncated
+/// NTLMv2 response, say) is INVALID_PARAMETER, as on Windows; the rest LOGON_FAILURE.
+fn auth_status(e: &smb_proto::auth::AuthError) -> NtStatus {
+    match e {
+        smb_proto::auth::AuthError::Malformed(_) => NtStatus::INVALID_PARAMETER,
+        _ => NtStatus::LOGON_FAILURE,
     }
 }
 
