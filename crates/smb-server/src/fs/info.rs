@@ -293,6 +293,15 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             put_u32(&mut d, 0);
             fixed(d)
         }
+        48 => {
+            // FileNormalizedNameInformation (MS-FSCC 2.4.30, MS-FSA 2.1.5.12): the name from
+            // the share root with each component's on-disk case, no leading backslash and no
+            // `::$DATA`; the root's is empty.
+            put_u32(&mut d, 0);
+            let n = put_utf16(&mut d, &open.name.lock());
+            crate::wire::patch_u32(&mut d, 0, n as u32);
+            Answer { data: d, min: 4 }
+        }
         _ => return Err(status::INVALID_INFO_CLASS),
     })
 }
