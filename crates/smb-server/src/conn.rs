@@ -422,7 +422,14 @@ impl Conn {
             let outcome = if let Some(s) = early {
                 Outcome::Error(s)
             } else if h.flags.is_related() && prev_status.is_error() && !undecodable {
-                Outcome::Error(prev_status)
+                // The session of a related request is the previous one's: when that one named
+                // no session, the related request is malformed (INVALID_PARAMETER, as Windows
+                // and Samba answer); other errors carry over.
+                Outcome::Error(if prev_status == NtStatus::USER_SESSION_DELETED {
+                    NtStatus::INVALID_PARAMETER
+                } else {
+                    prev_status
+                })
             } else if self.negotiated.is_none() && h.command != Command::Negotiate {
                 return Err("request before NEGOTIATE");
             } else {
