@@ -379,6 +379,9 @@ impl Conn {
         let mut built: Vec<Built> = Vec::with_capacity(elements.len());
         let mut related = RelatedIds::default();
         let mut prev_status = NtStatus::SUCCESS;
+        // A failed CREATE's status, which the related requests after it inherit; a chain
+        // whose first element is marked related fails whole.
+        let mut create_err = force_first;
         let mut interim_setup: Option<(u64, usize)> = None;
         for e in &elements {
             let h = &e.header;
@@ -419,17 +422,15 @@ impl Conn {
             // A request that cannot be decoded (an unknown command among them) gets its own
             // answer even after a failed request it is related to.
             let undecodable = decoded.is_err() && self.negotiated.is_some();
+            if !h.flags.is_related() && e.offset != 0 {
+                create_err = None;
+            }
+            // The FileId this request names (after the related substitution), if any.
+            let mut used_fid = None;
             let outcome = if let Some(s) = early {
                 Outcome::Error(s)
-            } else if h.flags.is_related() && prev_status.is_error() && !undecodable {
-                // The session of a related request is the previous one's: when that one named
-                // no session, the related request is malformed (INVALID_PARAMETER, as Windows
-                // and Samba answer); other errors carry over.
-                Outcome::Error(if prev_status == NtStatus::USER_SESSION_DELETED {
-                    NtStatus::INVALID_PARAMETER
-                } else {
-                    prev_status
-                })
+            } else if let Some(s) = inherited_error(h, undecodable, prev_status, create_err) {
+                Outcome::Error(s)
             } else if self.negotiated.is_none() && h.command != Command::Negotiate {
                 return Err("request before NEGOTIATE");
             } else {
@@ -440,6 +441,7 @@ impl Conn {
                     },
                     Ok(req) => {
                         let fid = request_file_id(&req).map(|f| related.file_id_for(h, f));
+                        used_fid = fid;
                         let ctx = Incoming {
                             header: h,
                             bytes: e.bytes,
@@ -488,16 +490,27 @@ impl Conn {
             }
             let key = self.response_key(h, rh.session_id, status, encrypted.is_some());
             built.push(Built { start, key });
+            // The next related request works on the FileId this one created or named, even
+            // when this one failed (a WRITE refused on a good handle leaves it to the READ
+            // after it; a CLOSE of a closed one leaves that closed one).
+            let next_fid = match (h.command, used_fid) {
+                (Command::Create, _) => file_id,
+                (_, Some(named)) => named,
+                (_, None) => file_id.or(related.file_id),
+            };
             related = RelatedIds {
                 session_id,
                 tree_id: tree_id.unwrap_or(related.tree_id),
-                file_id: file_id.or(related.file_id),
+                file_id: next_fid,
             };
             prev_status = if status == NtStatus::PENDING {
                 NtStatus::SUCCESS
             } else {
                 status
             };
+            if h.command == Command::Create {
+                create_err = prev_status.is_error().then_some(prev_status);
+            }
             if h.command == Command::SessionSetup && status == NtStatus::MORE_PROCESSING_REQUIRED {
                 // Hashed once signed (an interim binding response is).
                 interim_setup = Some((rh.session_id, built.len() - 1));
@@ -591,6 +604,26 @@ pub struct Incoming<'a> {
     pub encrypted: bool,
     /// The last element of its compound chain (only that one may go async here).
     pub last: bool,
+}
+
+/// The error a related request inherits (MS-SMB2 3.3.5.2.7.2, as Windows and Samba apply it):
+/// after an element that named no session, INVALID_PARAMETER (its session is the previous
+/// one's); after a failed CREATE, that CREATE's status (its FileId is the CREATE's). A related
+/// request after another failed one runs on its own, on the FileId that one named. A request
+/// that cannot be decoded answers for itself.
+fn inherited_error(
+    h: &Header,
+    undecodable: bool,
+    prev_status: NtStatus,
+    create_err: Option<NtStatus>,
+) -> Option<NtStatus> {
+    if !h.flags.is_related() || undecodable {
+        return None;
+    }
+    if prev_status == NtStatus::USER_SESSION_DELETED {
+        return Some(NtStatus::INVALID_PARAMETER);
+    }
+    create_err
 }
 
 fn log_undecodable(peer: SocketAddr, command: Command, e: &smb_proto::DecodeError) -> Answer {
