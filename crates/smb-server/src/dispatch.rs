@@ -65,6 +65,10 @@ impl Conn {
         };
         if let Request::Create(r) = &req {
             use crate::fs::durable;
+            // Create context names are at least 4 bytes (Windows refuses shorter ones).
+            if r.contexts.iter().any(|c| c.name.len() < 4) {
+                return Outcome::Error(NtStatus::INVALID_PARAMETER);
+            }
             let ask = match durable::DurableAsk::parse(r) {
                 Ok(a) => a,
                 Err(s) => return Outcome::Error(s),

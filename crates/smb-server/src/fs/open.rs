@@ -261,6 +261,12 @@ pub fn create(
     if ctx.session.state.lock().opens.len() >= crate::state::MAX_OPENS {
         return Err(NtStatus::INSUFFICIENT_RESOURCES);
     }
+    if let Some(tw) = req.context(smb_proto::msg::create::CTX_TIMEWARP) {
+        // A previous version (MS-SMB2 3.3.5.9.6): none are kept, so there is none at any time.
+        smb_proto::msg::create_ctx::decode_u64_context(tw.data)
+            .map_err(|_| NtStatus::INVALID_PARAMETER)?;
+        return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+    }
     let r = super::path::resolve(&share.root, &name)?;
     let want_dir = opts & OPT_DIRECTORY != 0;
     let lease = lease_request(req);
