@@ -28,8 +28,9 @@ pub const ATTR_KEPT: u32 =
     ATTR_READONLY | ATTR_HIDDEN | ATTR_SYSTEM | ATTR_ARCHIVE | ATTR_TEMPORARY;
 const DOS_XATTR: &str = "user.lanes.dos";
 
-/// What Unix metadata lacks: DOS attributes and a settable creation time, kept in an extended
-/// attribute of the file (12 bytes: attributes, creation FILETIME). Absent on filesystems
+/// What Unix metadata lacks: DOS attributes, a settable creation time and a settable change
+/// time, kept in an extended attribute of the file (12 bytes: attributes, creation FILETIME;
+/// or 28 with the change time and the last write time it was set at). Absent on filesystems
 /// without user xattrs; then the defaults apply (ARCHIVE, the birth time).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dos {
@@ -37,39 +38,52 @@ pub struct Dos {
     pub attrs: Option<u32>,
     /// Stored creation time, 0 for the file's birth time.
     pub creation: u64,
+    /// A change time set with SET_INFO (0: none). It holds while the last write time is still
+    /// `change_at_write`; once the file is written, the change time is the last write time.
+    pub change: u64,
+    pub change_at_write: u64,
 }
+
+const DOS_LEN: usize = 28;
 
 impl Dos {
     fn decode(buf: &[u8], n: usize) -> Dos {
-        if n != 12 {
+        if n != 12 && n != DOS_LEN {
             return Dos::default();
         }
+        let at = |o| crate::wire::u64_at(buf, o).unwrap_or(0);
         Dos {
             attrs: crate::wire::u32_at(buf, 0).map(|a| a & ATTR_KEPT),
-            creation: crate::wire::u64_at(buf, 4).unwrap_or(0),
+            creation: at(4),
+            change: if n == DOS_LEN { at(12) } else { 0 },
+            change_at_write: if n == DOS_LEN { at(20) } else { 0 },
         }
     }
     pub fn of_file(f: &std::fs::File) -> Dos {
-        let mut buf = [0u8; 12];
+        let mut buf = [0u8; DOS_LEN];
         rustix::fs::fgetxattr(f, DOS_XATTR, &mut buf)
             .map_or(Dos::default(), |n| Dos::decode(&buf, n))
     }
     pub fn of_path(p: &std::path::Path) -> Dos {
-        let mut buf = [0u8; 12];
+        let mut buf = [0u8; DOS_LEN];
         rustix::fs::getxattr(p, DOS_XATTR, &mut buf)
             .map_or(Dos::default(), |n| Dos::decode(&buf, n))
     }
     pub fn store(&self, f: &std::fs::File) -> std::io::Result<()> {
-        let mut buf = Vec::with_capacity(12);
+        let mut buf = Vec::with_capacity(DOS_LEN);
         put_u32(&mut buf, self.attrs.unwrap_or(0));
         put_u64(&mut buf, self.creation);
+        if self.change != 0 {
+            put_u64(&mut buf, self.change);
+            put_u64(&mut buf, self.change_at_write);
+        }
         rustix::fs::fsetxattr(f, DOS_XATTR, &buf, rustix::fs::XattrFlags::empty())
             .map_err(Into::into)
     }
 }
 
 /// The four times; ChangeTime is the last write time, as Unix ctime cannot be set (Samba does
-/// the same).
+/// the same), unless a client set it and the file has not been written since.
 pub fn file_times(m: &std::fs::Metadata, dos: &Dos) -> FileTimes {
     let write = filetime(m.mtime(), m.mtime_nsec());
     let creation = if dos.creation != 0 {
@@ -87,7 +101,11 @@ pub fn file_times(m: &std::fs::Metadata, dos: &Dos) -> FileTimes {
         creation,
         last_access: filetime(m.atime(), m.atime_nsec()),
         last_write: write,
-        change: write,
+        change: if dos.change != 0 && dos.change_at_write == write {
+            dos.change
+        } else {
+            write
+        },
     }
 }
 

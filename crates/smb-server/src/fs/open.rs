@@ -420,7 +420,7 @@ pub fn create(
         }
         let dos = Dos {
             attrs: Some(attrs),
-            creation: 0,
+            ..Dos::default()
         };
         if attrs != super::info::ATTR_ARCHIVE || (open.is_dir && attrs != 0) {
             let _ = dos.store(&open.file);

@@ -1,6 +1,7 @@
 //! SET_INFO: basic (times), end of file, allocation, rename, disposition; file-system and
 //! security sets are accepted and ignored (the share's permissions are the server's).
 
+use std::os::unix::fs::MetadataExt as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -59,22 +60,13 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             };
             let (access, write) = (ts(t(8)), ts(t(16)));
             let attrs = u32_at(b, 32).unwrap_or(0);
-            let creation = t(0);
-            if attrs != 0 || (creation != 0 && creation < u64::MAX - 1) {
-                use super::info::{Dos, ATTR_DIRECTORY, ATTR_KEPT, ATTR_TEMPORARY};
-                if (open.is_dir && attrs & ATTR_TEMPORARY != 0)
-                    || (!open.is_dir && attrs & ATTR_DIRECTORY != 0)
-                {
-                    return Err(NtStatus::INVALID_PARAMETER);
-                }
-                let mut dos = Dos::of_file(&open.file);
-                if attrs != 0 {
-                    dos.attrs = Some(attrs & ATTR_KEPT);
-                }
-                if creation != 0 && creation < u64::MAX - 1 {
-                    dos.creation = creation;
-                }
-                dos.store(&open.file).map_err(|e| io_status(&e))?;
+            let given = |ft: u64| ft != 0 && ft < u64::MAX - 1;
+            let (creation, change) = (t(0), t(24));
+            use super::info::{Dos, ATTR_DIRECTORY, ATTR_KEPT, ATTR_TEMPORARY};
+            if (open.is_dir && attrs & ATTR_TEMPORARY != 0)
+                || (!open.is_dir && attrs & ATTR_DIRECTORY != 0)
+            {
+                return Err(NtStatus::INVALID_PARAMETER);
             }
             if access.is_some() || write.is_some() {
                 let omit = rustix::fs::Timespec {
@@ -86,6 +78,22 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
                     last_modification: write.unwrap_or(omit),
                 };
                 rustix::fs::futimens(&open.file, &times).map_err(|e| io_status(&e.into()))?;
+            }
+            if attrs != 0 || given(creation) || given(change) {
+                let mut dos = Dos::of_file(&open.file);
+                if attrs != 0 {
+                    dos.attrs = Some(attrs & ATTR_KEPT);
+                }
+                if given(creation) {
+                    dos.creation = creation;
+                }
+                if given(change) {
+                    // Kept with the last write time it goes with (set above, if it was).
+                    let m = open.file.metadata().map_err(|e| io_status(&e))?;
+                    dos.change = change;
+                    dos.change_at_write = crate::wire::filetime(m.mtime(), m.mtime_nsec());
+                }
+                dos.store(&open.file).map_err(|e| io_status(&e))?;
             }
         }
         19 => {
