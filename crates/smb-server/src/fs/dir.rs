@@ -259,9 +259,16 @@ fn encode_entry(out: &mut Vec<u8>, class: u8, e: &Entry, index: u32) {
         put_u32(out, 0); // EaSize
     }
     if class == 3 || class == 37 {
-        out.push(0); // ShortNameLength
+        // ShortNameLength, Reserved, ShortName (24 bytes: 12 UTF-16 units at most).
+        let mut short = Vec::with_capacity(24);
+        if let Some(s) = super::shortname::generated(&e.name) {
+            put_utf16(&mut short, &s);
+        }
+        short.truncate(24);
+        out.push(short.len() as u8);
         out.push(0);
-        out.extend_from_slice(&[0; 24]);
+        short.resize(24, 0);
+        out.extend_from_slice(&short);
     }
     if class == 37 {
         put_u16(out, 0);

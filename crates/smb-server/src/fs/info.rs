@@ -277,8 +277,12 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             Answer { data: d, min: 104 }
         }
         21 => {
-            // FileAlternateNameInformation: no 8.3 names are kept.
-            return Err(NtStatus(0xC000_0002));
+            // FileAlternateNameInformation: the 8.3 name made up from the long one.
+            put_u32(&mut d, 0);
+            let n = put_utf16(&mut d, &super::shortname::alternate(&open.name.lock()));
+            crate::wire::patch_u32(&mut d, 0, n as u32);
+            // FILE_NAME_INFORMATION with its first character: 8 bytes, as Windows counts it.
+            Answer { data: d, min: 8 }
         }
         22 => {
             if !m.is_dir() {
@@ -318,7 +322,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Open, class: u8) -> Result<Answer, NtStatus>
             put_u32(&mut d, 0);
             let n = put_utf16(&mut d, &open.name.lock());
             crate::wire::patch_u32(&mut d, 0, n as u32);
-            Answer { data: d, min: 4 }
+            Answer { data: d, min: 8 }
         }
         _ => return Err(status::INVALID_INFO_CLASS),
     })

@@ -12,6 +12,7 @@ pub mod oplock;
 pub mod path;
 pub mod replay;
 pub mod setinfo;
+pub mod shortname;
 
 use smb_proto::NtStatus;
 
