@@ -2,11 +2,14 @@
 //! nonce) and AES-128/256-GCM (12-byte nonce), MS-SMB2 3.1.4.3. The AAD is the header from the
 //! Nonce field to its end (32 bytes); the tag is the Signature field. Nonces are inputs: the
 //! caller draws or counts them and must never reuse one under a key.
+//!
+//! GCM goes through `ring` (AES-NI and carry-less multiplication in assembly, many blocks at
+//! once: 12-13 GB/s on one core here), CCM through RustCrypto's `ccm`. RustCrypto's `aes-gcm`
+//! reached about 2 GB/s, which made encryption most of an encrypted session's server CPU.
 
 use aes::{Aes128, Aes256};
-use aes_gcm::aead::consts::{U11, U12, U16};
+use aes_gcm::aead::consts::{U11, U16};
 use aes_gcm::aead::{generic_array::GenericArray, AeadInPlace, KeyInit};
-use aes_gcm::AesGcm;
 use ccm::Ccm;
 
 use super::CryptoError;
@@ -120,8 +123,57 @@ impl TransformHeader {
 
 type Aes128Ccm = Ccm<Aes128, U16, U11>;
 type Aes256Ccm = Ccm<Aes256, U16, U11>;
-type Aes128Gcm = AesGcm<Aes128, U12>;
-type Aes256Gcm = AesGcm<Aes256, U12>;
+
+fn gcm_key(cipher: Cipher, key: &[u8]) -> Result<ring::aead::LessSafeKey, CryptoError> {
+    let alg = if cipher.is_256() {
+        &ring::aead::AES_256_GCM
+    } else {
+        &ring::aead::AES_128_GCM
+    };
+    ring::aead::UnboundKey::new(alg, key)
+        .map(ring::aead::LessSafeKey::new)
+        .map_err(|_| CryptoError::Malformed("key length"))
+}
+
+fn gcm_nonce(nonce: &[u8]) -> Result<ring::aead::Nonce, CryptoError> {
+    ring::aead::Nonce::try_assume_unique_for_key(nonce)
+        .map_err(|_| CryptoError::Malformed("nonce length"))
+}
+
+fn gcm_seal(
+    cipher: Cipher,
+    key: &[u8],
+    nonce: &[u8],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> Result<[u8; 16], CryptoError> {
+    let tag = gcm_key(cipher, key)?
+        .seal_in_place_separate_tag(gcm_nonce(nonce)?, ring::aead::Aad::from(aad), buf)
+        .map_err(|_| CryptoError::Malformed("message too long"))?;
+    let mut t = [0u8; 16];
+    t.copy_from_slice(tag.as_ref());
+    Ok(t)
+}
+
+fn gcm_open(
+    cipher: Cipher,
+    key: &[u8],
+    nonce: &[u8],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; 16],
+) -> Result<(), CryptoError> {
+    gcm_key(cipher, key)?
+        .open_in_place_separate_tag(
+            gcm_nonce(nonce)?,
+            ring::aead::Aad::from(aad),
+            ring::aead::Tag::from(*tag),
+            buf,
+            0..,
+        )
+        .map(|_| ())
+        .map_err(|_| CryptoError::BadTag)
+}
 
 fn seal<A: AeadInPlace + KeyInit>(
     key: &[u8],
@@ -190,8 +242,7 @@ pub fn encrypt(
     th.signature = match cipher {
         Cipher::Aes128Ccm => seal::<Aes128Ccm>(key, n, &aad, msg)?,
         Cipher::Aes256Ccm => seal::<Aes256Ccm>(key, n, &aad, msg)?,
-        Cipher::Aes128Gcm => seal::<Aes128Gcm>(key, n, &aad, msg)?,
-        Cipher::Aes256Gcm => seal::<Aes256Gcm>(key, n, &aad, msg)?,
+        Cipher::Aes128Gcm | Cipher::Aes256Gcm => gcm_seal(cipher, key, n, &aad, msg)?,
     };
     Ok(th)
 }
@@ -225,8 +276,70 @@ pub fn decrypt<'a>(
     match cipher {
         Cipher::Aes128Ccm => open::<Aes128Ccm>(key, n, &aad, body, &th.signature)?,
         Cipher::Aes256Ccm => open::<Aes256Ccm>(key, n, &aad, body, &th.signature)?,
-        Cipher::Aes128Gcm => open::<Aes128Gcm>(key, n, &aad, body, &th.signature)?,
-        Cipher::Aes256Gcm => open::<Aes256Gcm>(key, n, &aad, body, &th.signature)?,
+        Cipher::Aes128Gcm | Cipher::Aes256Gcm => {
+            gcm_open(cipher, key, n, &aad, body, &th.signature)?
+        }
     }
     Ok((th, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aes_gcm::aead::consts::U12;
+    use aes_gcm::AesGcm;
+
+    /// RustCrypto's AES-GCM, the reference the `ring` path is checked against.
+    fn reference<A: AeadInPlace + KeyInit>(
+        key: &[u8],
+        nonce: &[u8],
+        aad: &[u8],
+        msg: &[u8],
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut buf = msg.to_vec();
+        let tag = A::new_from_slice(key)
+            .expect("key")
+            .encrypt_in_place_detached(GenericArray::from_slice(nonce), aad, &mut buf)
+            .expect("seal");
+        (buf, tag.to_vec())
+    }
+
+    #[test]
+    fn gcm_matches_rustcrypto_for_both_key_sizes_and_odd_lengths() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        };
+        for cipher in [Cipher::Aes128Gcm, Cipher::Aes256Gcm] {
+            for len in [1usize, 15, 16, 17, 64, 255, 4096, 65_537] {
+                let key: Vec<u8> = (0..cipher.key_len()).map(|_| next()).collect();
+                let nonce: Vec<u8> = (0..12).map(|_| next()).collect();
+                let msg: Vec<u8> = (0..len).map(|_| next()).collect();
+                let mut buf = msg.clone();
+                let th = encrypt(cipher, &key, &nonce, 0x1122, &mut buf).expect("encrypt");
+                let (want, tag) = if cipher.is_256() {
+                    reference::<AesGcm<Aes256, U12>>(&key, &nonce, &th.aad(), &msg)
+                } else {
+                    reference::<AesGcm<Aes128, U12>>(&key, &nonce, &th.aad(), &msg)
+                };
+                assert_eq!(buf, want, "{cipher:?} {len}: ciphertext");
+                assert_eq!(th.signature.to_vec(), tag, "{cipher:?} {len}: tag");
+                let mut frame = th.encode().to_vec();
+                frame.extend_from_slice(&buf);
+                let (_, plain) = decrypt(cipher, &key, &mut frame).expect("decrypt");
+                assert_eq!(plain, &msg[..]);
+                // A flipped bit in the ciphertext is refused.
+                let mut frame2 = th.encode().to_vec();
+                frame2.extend_from_slice(&buf);
+                frame2[TRANSFORM_HEADER_LEN] ^= 0x80;
+                assert!(matches!(
+                    decrypt(cipher, &key, &mut frame2),
+                    Err(CryptoError::BadTag)
+                ));
+            }
+        }
+    }
 }
