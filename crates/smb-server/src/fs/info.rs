@@ -447,6 +447,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn dos_xattr_old_and_new_layouts() {
+        let mut old = Vec::new();
+        put_u32(&mut old, ATTR_HIDDEN | 0x8000);
+        put_u64(&mut old, 7);
+        let d = Dos::decode(&old, old.len());
+        assert_eq!(d.attrs, Some(ATTR_HIDDEN));
+        assert_eq!((d.creation, d.change, d.change_at_write), (7, 0, 0));
+        let mut new = old.clone();
+        put_u64(&mut new, 9);
+        put_u64(&mut new, 11);
+        let d = Dos::decode(&new, new.len());
+        assert_eq!((d.creation, d.change, d.change_at_write), (7, 9, 11));
+        assert_eq!(Dos::decode(&new, 20), Dos::default());
+    }
+
+    #[test]
     fn security_descriptor_layout() {
         let sd = security_descriptor(7);
         assert_eq!(sd.len(), 20 + 12 + 12 + 28);
