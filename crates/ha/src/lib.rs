@@ -11,7 +11,6 @@
 //!   callers wait ([`local_io`]); epoch races go to etcd through [`lanes_witness::Witness`];
 //! - [`ReplicatedLun::device`] is what the SCSI layer reads and writes ([`device`]).
 
-mod apply;
 mod device;
 pub mod journal;
 mod link;
@@ -220,8 +219,6 @@ impl ReplicatedLun {
             shared: Default::default(),
             next_shared: 1,
             shared_hub: shared.clone(),
-            inline_off_until: None,
-            batch: Vec::with_capacity(64),
         };
         let task = tokio::spawn(driver.run());
         let device = Arc::new(device::ReplicatedDevice {

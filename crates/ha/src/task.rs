@@ -88,8 +88,6 @@ pub(crate) enum Input {
         reply: SharedReply,
     },
     Applied(Token),
-    /// Every write of a batch ([`Driver::flush_applies`]) is applied.
-    AppliedBatch(Vec<Token>),
     ResyncRead(Token, Bytes),
     CawRead(Token, Bytes),
     Fsynced(Token),
@@ -144,14 +142,10 @@ pub(crate) struct Driver {
     pub next_shared: u64,
     /// This node's copy of the shared state and who is told of its changes.
     pub shared_hub: Arc<crate::shared::SharedHub>,
-    /// Small applies go to the local I/O threads until then (`Driver::apply_inline`).
-    pub inline_off_until: Option<Instant>,
-    /// Small applies gathered while draining the core's actions (`Driver::flush_applies`).
-    pub batch: Vec<(Token, u64, Bytes)>,
 }
 
 impl Driver {
-    pub(crate) fn now(&self) -> Nanos {
+    fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
     }
 
@@ -228,7 +222,6 @@ impl Driver {
             match self.inputs.recv().await {
                 Some(
                     Input::Applied(_)
-                    | Input::AppliedBatch(_)
                     | Input::ResyncRead(..)
                     | Input::CawRead(..)
                     | Input::Fsynced(_),
@@ -333,12 +326,6 @@ impl Driver {
                 self.local_io -= 1;
                 r.apply_done(now, t);
             }
-            Input::AppliedBatch(tokens) => {
-                self.local_io -= 1;
-                for t in tokens {
-                    r.apply_done(now, t);
-                }
-            }
             Input::ResyncRead(t, data) => {
                 self.local_io -= 1;
                 r.resync_read_done(now, t, data);
@@ -412,14 +399,8 @@ impl Driver {
     }
 
     fn drain(&mut self) {
-        loop {
-            while let Some(a) = self.replica.poll_action() {
-                self.action(a);
-            }
-            // An inline apply completes at once and may let more actions out.
-            if !self.flush_applies() {
-                return;
-            }
+        while let Some(a) = self.replica.poll_action() {
+            self.action(a);
         }
     }
 
@@ -441,10 +422,6 @@ impl Driver {
                 ..
             } => {
                 let (dev, off) = (self.local.clone(), lba * self.block_size);
-                if !fua && data.len() <= crate::apply::INLINE_MAX {
-                    self.batch.push((token, off, data));
-                    return;
-                }
                 self.blocking(move || {
                     dev.write_at(&data, off)?;
                     if fua {
@@ -571,7 +548,7 @@ impl Driver {
 
     /// Run local I/O on the LUN's own threads (`local_io`), never on tokio's blocking pool: the
     /// callers waiting for this LUN may hold every thread of that pool.
-    pub(crate) fn blocking(&mut self, f: impl FnOnce() -> std::io::Result<Input> + Send + 'static) {
+    fn blocking(&mut self, f: impl FnOnce() -> std::io::Result<Input> + Send + 'static) {
         let Some(io) = &self.io else {
             return;
         };
