@@ -97,7 +97,14 @@ impl SigningKey {
                 all.iter().for_each(|p| mac.update(p));
                 Ok(mac.finalize().into_bytes().into())
             }
-            SigningAlgorithm::AesGmac => Ok(gmac_aes128(&self.key, &gmac_nonce(head), &all)),
+            SigningAlgorithm::AesGmac => {
+                let nonce = gmac_nonce(head);
+                let len: usize = all.iter().map(|p| p.len()).sum();
+                let fast = (len >= super::gmac_fast::FAST_FROM)
+                    .then(|| super::gmac_fast::gmac(&self.key, &nonce, &all))
+                    .flatten();
+                Ok(fast.unwrap_or_else(|| gmac_aes128(&self.key, &nonce, &all)))
+            }
             SigningAlgorithm::HmacSha256 => {
                 let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
                     .map_err(|_| CryptoError::Malformed("key length"))?;
@@ -177,7 +184,7 @@ fn gmac_nonce(head: &[u8]) -> [u8; 12] {
 /// AES-128-GMAC of the concatenation of `parts` under a 96-bit nonce (SP800-38D: GHASH over
 /// the AAD and its bit length, XOR E(K, nonce || 1)). Parts may split anywhere: partial blocks
 /// are carried over to the next part.
-fn gmac_aes128(key: &[u8; 16], nonce: &[u8; 12], parts: &[&[u8]]) -> [u8; 16] {
+pub(crate) fn gmac_aes128(key: &[u8; 16], nonce: &[u8; 12], parts: &[&[u8]]) -> [u8; 16] {
     let aes = Aes128::new(GenericArray::from_slice(key));
     let mut h = GenericArray::default();
     aes.encrypt_block(&mut h);
