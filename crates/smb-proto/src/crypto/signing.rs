@@ -99,11 +99,8 @@ impl SigningKey {
             }
             SigningAlgorithm::AesGmac => {
                 let nonce = gmac_nonce(head);
-                let len: usize = all.iter().map(|p| p.len()).sum();
-                let fast = (len >= super::gmac_fast::FAST_FROM)
-                    .then(|| super::gmac_fast::gmac(&self.key, &nonce, &all))
-                    .flatten();
-                Ok(fast.unwrap_or_else(|| gmac_aes128(&self.key, &nonce, &all)))
+                Ok(super::gmac_fast::gmac(&self.key, &nonce, &all)
+                    .unwrap_or_else(|| gmac_aes128(&self.key, &nonce, &all)))
             }
             SigningAlgorithm::HmacSha256 => {
                 let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
