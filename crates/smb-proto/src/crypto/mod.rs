@@ -1,6 +1,5 @@
 //! Preauth integrity, the SMB 3.1.1 key schedule, signing and encryption.
 
-mod gmac_fast;
 pub mod kdf;
 pub mod preauth;
 pub mod signing;
