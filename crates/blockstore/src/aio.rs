@@ -27,6 +27,51 @@ pub trait AsyncBlockIo: Send + Sync {
     fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>);
     /// Makes every write completed before the call durable.
     fn flush(&self, done: AioCompletion<std::io::Result<()>>);
+
+    /// Whether [`AsyncBlockIo::discard`], [`AsyncBlockIo::write_same`] and
+    /// [`AsyncBlockIo::compare_and_write`] are the device's own; the defaults refuse them
+    /// (Unsupported) and callers take the blocking path instead.
+    fn has_extended(&self) -> bool {
+        false
+    }
+
+    /// Deallocates `len` bytes at `offset`: the range reads as zeros afterwards, partial
+    /// blocks included.
+    fn discard(&self, _offset: u64, _len: u64, done: AioCompletion<std::io::Result<()>>) {
+        done.complete(Err(unsupported()));
+    }
+
+    /// Writes `pattern` repeated over `len` bytes from `offset` (`len` a whole number of
+    /// patterns).
+    fn write_same(
+        &self,
+        _pattern: Bytes,
+        _offset: u64,
+        _len: u64,
+        done: AioCompletion<std::io::Result<()>>,
+    ) {
+        done.complete(Err(unsupported()));
+    }
+
+    /// Compares the range at `offset` with `compare` and, only if equal, writes `write` (the
+    /// same length), atomically against every other write of the storage, whoever sends it.
+    /// `Ok(Some(i))`: byte `i` of the range differed and nothing was written.
+    fn compare_and_write(
+        &self,
+        _compare: Bytes,
+        _write: Bytes,
+        _offset: u64,
+        done: AioCompletion<std::io::Result<Option<u64>>>,
+    ) {
+        done.complete(Err(unsupported()));
+    }
+}
+
+fn unsupported() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "not an asynchronous operation of this device",
+    )
 }
 
 enum State<T> {

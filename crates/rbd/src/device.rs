@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use blockstore::{AioCompletion, AsyncBlockIo, BlockDevice, Extent, ReadDone};
-use bytes::{Bytes, BytesMut};
+use blockstore::{AsyncBlockIo, BlockDevice, Extent};
 
 use crate::ffi::{Image, OnError, Pool};
 use crate::port_groups::SharedGroups;
 use crate::Error;
+
+mod aio;
 
 /// Where an image is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,44 +425,6 @@ impl BlockDevice for RbdDevice {
             );
         }
         Some(done)
-    }
-}
-
-/// `rbd_aio_*`: librbd's own threads complete each request; no thread of ours waits.
-impl AsyncBlockIo for RbdDevice {
-    fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
-        let conn = match self
-            .check(offset, buf.len() as u64)
-            .and_then(|()| self.gate())
-        {
-            Ok(conn) => conn,
-            Err(e) => return done.complete((Err(e), buf)),
-        };
-        // Ranges inside the image always read in full (unwritten ones as zeros).
-        conn.image
-            .aio_read(buf, offset, done, conn.on_error.clone());
-    }
-
-    fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>) {
-        let len = data.iter().map(|b| b.len() as u64).sum();
-        let conn = match self.check(offset, len).and_then(|()| self.gate()) {
-            Ok(conn) => conn,
-            Err(e) => return done.complete(Err(e)),
-        };
-        if len == 0 {
-            // librbd refuses an empty vector; there is nothing to write.
-            return done.complete(Ok(()));
-        }
-        conn.image
-            .aio_write(data, offset, done, conn.on_error.clone());
-    }
-
-    fn flush(&self, done: AioCompletion<std::io::Result<()>>) {
-        let conn = match self.gate() {
-            Ok(conn) => conn,
-            Err(e) => return done.complete(Err(e)),
-        };
-        conn.image.aio_flush(done, conn.on_error.clone());
     }
 }
 

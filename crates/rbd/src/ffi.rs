@@ -354,7 +354,7 @@ impl Image {
         const EILSEQ: isize = 84;
         match n {
             n if n >= 0 => Ok(None),
-            n if n == -EILSEQ => Ok(Some(mismatch)),
+            n if n == -EILSEQ => Ok(Some(mismatch_in_request(mismatch, offset, write.len()))),
             n => Err(std::io::Error::from_raw_os_error((-n) as i32)),
         }
     }
@@ -416,5 +416,48 @@ impl Drop for Image {
         unsafe {
             (self.api.close)(self.image);
         }
+    }
+}
+
+/// Where a compare-and-write's first difference lies, in bytes from the start of the request,
+/// from what librbd reported. librbd 16.2 reports the image offset of the object holding the
+/// range plus the difference's offset in the request (measured: 8 MiB + 300 for a difference
+/// at byte 300 of a sector at 8 MiB + 64 KiB), where its header promises the offset in the
+/// request; so a release may report the offset in the request, in the image, or the object
+/// base plus it, and all three are taken back into the request. Objects start on 512-byte
+/// boundaries and a request is at most one 512-byte sector (librbd refuses more), so in the
+/// last case the remainder by 512 is the offset in the request.
+pub(crate) fn mismatch_in_request(reported: u64, offset: u64, len: usize) -> u64 {
+    let len = len as u64;
+    if reported < len {
+        reported
+    } else if reported >= offset && reported - offset < len {
+        reported - offset
+    } else {
+        reported % 512
+    }
+}
+
+#[cfg(test)]
+mod mismatch_tests {
+    use super::mismatch_in_request;
+
+    #[test]
+    fn every_frame_librbd_may_report_comes_back_into_the_request() {
+        let mib = 1u64 << 20;
+        // In the request already; in the image; the object's base plus it (librbd 16.2).
+        assert_eq!(mismatch_in_request(300, 8 * mib + 65_536, 512), 300);
+        assert_eq!(
+            mismatch_in_request(8 * mib + 65_536 + 300, 8 * mib + 65_536, 512),
+            300
+        );
+        assert_eq!(
+            mismatch_in_request(8 * mib + 300, 8 * mib + 65_536, 512),
+            300
+        );
+        assert_eq!(mismatch_in_request(8 * mib, 8 * mib + 65_536, 512), 0);
+        // The first object: all three frames agree.
+        assert_eq!(mismatch_in_request(7, 0, 512), 7);
+        assert_eq!(mismatch_in_request(512 + 7, 512, 512), 7);
     }
 }

@@ -1,7 +1,10 @@
 //! READ and WRITE on a device with asynchronous I/O ([`blockstore::AsyncBlockIo`], an RBD
-//! image through `rbd_aio_*`): the checks run on the caller's thread, the I/O is submitted,
-//! and the returned future ends the command when the storage completes it. No thread waits
-//! per command; the command stays under way for a drain ([`crate::drain`]) until it ends.
+//! image through `rbd_aio_*`), and UNMAP, WRITE SAME and COMPARE AND WRITE on one whose
+//! storage does those itself ([`blockstore::AsyncBlockIo::has_extended`]): the checks run on
+//! the caller's thread, the I/O is submitted, and the returned future ends the command when
+//! the storage completes it. No thread waits per command; the command stays under way for a
+//! drain ([`crate::drain`]) until it ends. COMPARE AND WRITE is then atomic at the storage
+//! (librbd's compare-and-write is, at the OSD), so no local range lock is taken.
 //!
 //! Only the plain case is taken here, as [`LogicalUnit::execute_nowait`] does: a pending unit
 //! attention, a port group that refuses the command, a reservation conflict, a range or field
@@ -45,7 +48,11 @@ impl LogicalUnit {
         let Some(opcode) = req.cdb.first().copied() else {
             return Err(data_in);
         };
-        if !crate::cdb::is_read_or_write(opcode) || self.cfg.device.aio().is_none() {
+        let Some(aio) = self.cfg.device.aio() else {
+            return Err(data_in);
+        };
+        let extended = crate::cdb::is_done_by_storage(opcode) && aio.has_extended();
+        if !crate::cdb::is_read_or_write(opcode) && !extended {
             return Err(data_in);
         }
         let under_way = self.drain.enter_owned();
@@ -132,9 +139,110 @@ impl LogicalUnit {
                     (outcome, data_in)
                 }))
             }
+            Command::WriteSame {
+                lba,
+                blocks,
+                unmap,
+                anchor,
+                ndob,
+            } => {
+                let Ok(plan) = self.write_same_plan(req, lba, blocks, unmap, anchor, ndob) else {
+                    return Err(data_in);
+                };
+                let (offset, len) = (plan.lba * bs, plan.blocks * bs);
+                let (done, wait) = aio_pair();
+                if plan.discard {
+                    aio.discard(offset, len, done);
+                } else {
+                    aio.write_same(Bytes::from(plan.block), offset, len, done);
+                }
+                let flush = !self.wce.load(Ordering::Relaxed);
+                Ok(written(self.clone(), under_way, vec![wait], flush, data_in))
+            }
+            Command::Unmap { anchor, param_len } => {
+                let Ok(ranges) = self.unmap_plan(req, anchor, param_len) else {
+                    return Err(data_in);
+                };
+                // Every range at once; the command ends when the last is done.
+                let waits = ranges
+                    .into_iter()
+                    .map(|(lba, n)| {
+                        let (done, wait) = aio_pair();
+                        aio.discard(lba * bs, n * bs, done);
+                        wait
+                    })
+                    .collect();
+                Ok(written(self.clone(), under_way, waits, false, data_in))
+            }
+            Command::CompareAndWrite(r) => {
+                let Ok(plan) = self.compare_and_write_plan(req, &r) else {
+                    return Err(data_in);
+                };
+                let Some(data) = plan else {
+                    return Ok(Box::pin(async move {
+                        let _under_way = under_way;
+                        (ScsiOutcome::good(), data_in)
+                    }));
+                };
+                let mut write = Bytes::from(data);
+                let compare = write.split_to(write.len() / 2);
+                let (done, wait) = aio_pair();
+                aio.compare_and_write(compare, write, r.lba * bs, done);
+                let flush = r.fua || !self.wce.load(Ordering::Relaxed);
+                let lu = self.clone();
+                Ok(Box::pin(async move {
+                    let _under_way = under_way;
+                    let outcome = match wait.await.unwrap_or_else(|| Err(lost())) {
+                        Ok(None) => flushed(&lu, flush).await,
+                        Ok(Some(i)) => ScsiOutcome::check(Sense::miscompare(i)),
+                        Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
+                    };
+                    (outcome, data_in)
+                }))
+            }
             _ => Err(data_in),
         }
     }
+}
+
+/// Ends a command once every one of `waits` is done (the first failure answers), with a flush
+/// after them when `flush`.
+fn written(
+    lu: Arc<LogicalUnit>,
+    under_way: crate::drain::OwnedTicket,
+    waits: Vec<blockstore::AioWait<std::io::Result<()>>>,
+    flush: bool,
+    data_in: BytesMut,
+) -> Submitted {
+    Box::pin(async move {
+        let _under_way = under_way;
+        let mut result = Ok(());
+        for wait in waits {
+            let r = wait.await.unwrap_or_else(|| Err(lost()));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        let outcome = match result {
+            Ok(()) => flushed(&lu, flush).await,
+            Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
+        };
+        (outcome, data_in)
+    })
+}
+
+/// GOOD, after a flush of the storage when `flush` (FUA, or the write cache off).
+async fn flushed(lu: &LogicalUnit, flush: bool) -> ScsiOutcome {
+    if flush {
+        let (done, wait) = aio_pair();
+        if let Some(aio) = lu.cfg.device.aio() {
+            aio.flush(done);
+        }
+        if let Err(e) = wait.await.unwrap_or_else(|| Err(lost())) {
+            return ScsiOutcome::check(Sense::device(&e, Sense::write_error()));
+        }
+    }
+    ScsiOutcome::good()
 }
 
 fn read_failed(e: &std::io::Error) -> ScsiOutcome {

@@ -356,6 +356,15 @@ pub fn decode_cdb(cdb: &[u8]) -> Result<Command, Sense> {
     Ok(cmd)
 }
 
+/// UNMAP, WRITE SAME(10/16) or COMPARE AND WRITE: what the asynchronous path takes when the
+/// storage does them itself.
+pub(crate) fn is_done_by_storage(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        op::UNMAP | op::WRITE_SAME_10 | op::WRITE_SAME_16 | op::COMPARE_AND_WRITE
+    )
+}
+
 /// READ(6/10/12/16) or WRITE(6/10/12/16): the commands the inline and asynchronous paths take.
 pub(crate) fn is_read_or_write(opcode: u8) -> bool {
     matches!(

@@ -211,7 +211,8 @@ impl LogicalUnit {
         Ok(())
     }
 
-    pub(crate) fn write_same(
+    /// WRITE SAME's checks: where, how much, and with what.
+    pub(crate) fn write_same_plan(
         &self,
         req: &ScsiRequest<'_>,
         lba: u64,
@@ -219,7 +220,7 @@ impl LogicalUnit {
         unmap: bool,
         anchor: bool,
         ndob: bool,
-    ) -> Result<(), Sense> {
+    ) -> Result<WriteSamePlan, Sense> {
         self.check_writable()?;
         if anchor || (unmap && !self.cfg.thin) {
             return Err(Sense::invalid_cdb(1, Some(if anchor { 4 } else { 3 })));
@@ -242,11 +243,31 @@ impl LogicalUnit {
             }
             b
         };
+        let discard = unmap && block.iter().all(|&b| b == 0);
+        Ok(WriteSamePlan {
+            lba,
+            blocks: u64::from(blocks),
+            block,
+            discard,
+        })
+    }
+
+    pub(crate) fn write_same(
+        &self,
+        req: &ScsiRequest<'_>,
+        lba: u64,
+        blocks: u32,
+        unmap: bool,
+        anchor: bool,
+        ndob: bool,
+    ) -> Result<(), Sense> {
+        let plan = self.write_same_plan(req, lba, blocks, unmap, anchor, ndob)?;
+        let bs = self.bs() as usize;
         let offset = lba * self.bs();
-        let len = u64::from(blocks) * self.bs();
-        let end = lba + u64::from(blocks);
-        let _guard = self.caw.write(lba, end);
-        if unmap && block.iter().all(|&b| b == 0) {
+        let len = plan.blocks * self.bs();
+        let _guard = self.caw.write(lba, lba + plan.blocks);
+        let block = plan.block;
+        if plan.discard {
             self.cfg
                 .device
                 .punch_hole(offset, len)
@@ -269,12 +290,13 @@ impl LogicalUnit {
         self.complete_write(false)
     }
 
-    pub(crate) fn unmap(
+    /// UNMAP's checks: the (lba, blocks) ranges to deallocate, none empty.
+    pub(crate) fn unmap_plan(
         &self,
         req: &ScsiRequest<'_>,
         anchor: bool,
         param_len: u32,
-    ) -> Result<(), Sense> {
+    ) -> Result<Vec<(u64, u64)>, Sense> {
         if !self.cfg.thin {
             return Err(Sense::invalid_opcode());
         }
@@ -283,7 +305,7 @@ impl LogicalUnit {
             return Err(Sense::invalid_cdb(1, Some(0)));
         }
         if param_len == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         if param_len < 8 {
             return Err(Sense::param_list_length());
@@ -323,7 +345,16 @@ impl LogicalUnit {
                 ranges.push((lba, n));
             }
         }
-        for (lba, n) in ranges {
+        Ok(ranges)
+    }
+
+    pub(crate) fn unmap(
+        &self,
+        req: &ScsiRequest<'_>,
+        anchor: bool,
+        param_len: u32,
+    ) -> Result<(), Sense> {
+        for (lba, n) in self.unmap_plan(req, anchor, param_len)? {
             let _guard = self.caw.write(lba, lba + n);
             self.cfg
                 .device
@@ -333,11 +364,13 @@ impl LogicalUnit {
         Ok(())
     }
 
-    pub(crate) fn compare_and_write(
+    /// COMPARE AND WRITE's checks: the verify data then the write data (`None` for zero
+    /// blocks, which does nothing and succeeds).
+    pub(crate) fn compare_and_write_plan(
         &self,
         req: &ScsiRequest<'_>,
-        r: BlockRange,
-    ) -> Result<(), Sense> {
+        r: &BlockRange,
+    ) -> Result<Option<Vec<u8>>, Sense> {
         self.check_writable()?;
         if r.blocks > self.max_caw_blocks() {
             return Err(Sense::invalid_cdb(13, None));
@@ -349,13 +382,25 @@ impl LogicalUnit {
             if req.data_out.iter().any(|b| !b.is_empty()) {
                 return Err(Sense::invalid_cdb(13, None));
             }
-            return Ok(());
+            return Ok(None);
         }
         let len = u64::from(r.blocks) * self.bs();
         let data = gather(req.data_out, (2 * len) as usize);
         if (data.len() as u64) < 2 * len {
             return Err(Sense::param_list_length());
         }
+        Ok(Some(data))
+    }
+
+    pub(crate) fn compare_and_write(
+        &self,
+        req: &ScsiRequest<'_>,
+        r: BlockRange,
+    ) -> Result<(), Sense> {
+        let Some(data) = self.compare_and_write_plan(req, &r)? else {
+            return Ok(());
+        };
+        let len = u64::from(r.blocks) * self.bs();
         let (verify, write) = data.split_at(len as usize);
         let end = r.lba + u64::from(r.blocks);
         let _guard = self.caw.compare_and_write(r.lba, end);
@@ -451,4 +496,13 @@ impl LogicalUnit {
         put_truncated(out, &b, alloc);
         Ok(())
     }
+}
+
+/// What a checked WRITE SAME does: `blocks` blocks from `lba`, each `block`, or deallocated
+/// when `discard` (UNMAP set and a block of zeros).
+pub(crate) struct WriteSamePlan {
+    pub lba: u64,
+    pub blocks: u64,
+    pub block: Vec<u8>,
+    pub discard: bool,
 }

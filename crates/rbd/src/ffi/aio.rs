@@ -1,5 +1,5 @@
-//! librbd's asynchronous I/O (`rbd_aio_read`, `rbd_aio_writev`, `rbd_aio_flush`): a request
-//! is submitted with a completion whose callback librbd runs on one of its own threads when
+//! librbd's asynchronous I/O (`rbd_aio_read`, `rbd_aio_writev`, `rbd_aio_flush`,
+//! `rbd_aio_discard`, `rbd_aio_writesame`, `rbd_aio_compare_and_write`): a request is submitted with a completion whose callback librbd runs on one of its own threads when
 //! the OSDs have answered. Part of the `ffi` module.
 //!
 //! Ownership: each request's buffers live in a heap context ([`Request`]) handed to librbd as
@@ -21,6 +21,19 @@ type CreateCompletion = unsafe extern "C" fn(*mut c_void, Callback, *mut Handle)
 type AioRead = unsafe extern "C" fn(Handle, u64, usize, *mut c_char, Handle) -> c_int;
 type AioWritev = unsafe extern "C" fn(Handle, *const IoVec, c_int, u64, Handle) -> c_int;
 type AioFlush = unsafe extern "C" fn(Handle, Handle) -> c_int;
+type AioDiscard = unsafe extern "C" fn(Handle, u64, u64, Handle) -> c_int;
+type AioWriteSame =
+    unsafe extern "C" fn(Handle, u64, usize, *const c_char, usize, Handle, c_int) -> c_int;
+type AioCompareAndWrite = unsafe extern "C" fn(
+    Handle,
+    u64,
+    usize,
+    *const c_char,
+    *const c_char,
+    Handle,
+    *mut u64,
+    c_int,
+) -> isize;
 type GetReturnValue = unsafe extern "C" fn(Handle) -> isize;
 type Release = unsafe extern "C" fn(Handle);
 
@@ -36,6 +49,9 @@ struct AioApi {
     read: AioRead,
     writev: AioWritev,
     flush: AioFlush,
+    discard: AioDiscard,
+    write_same: AioWriteSame,
+    compare_and_write: AioCompareAndWrite,
     get_return_value: GetReturnValue,
     release: Release,
 }
@@ -56,6 +72,9 @@ fn aio_api() -> Result<&'static AioApi, Error> {
                 read: symbol(l, "rbd_aio_read", b)?,
                 writev: symbol(l, "rbd_aio_writev", b)?,
                 flush: symbol(l, "rbd_aio_flush", b)?,
+                discard: symbol(l, "rbd_aio_discard", b)?,
+                write_same: symbol(l, "rbd_aio_writesame", b)?,
+                compare_and_write: symbol(l, "rbd_aio_compare_and_write", b)?,
                 get_return_value: symbol(l, "rbd_aio_get_return_value", b)?,
                 release: symbol(l, "rbd_aio_release", b)?,
             })
@@ -87,7 +106,25 @@ enum Op {
     Flush {
         done: AioCompletion<std::io::Result<()>>,
     },
+    /// A discard or a write-same (`_pattern` is what librbd repeats).
+    Other {
+        _pattern: Option<Bytes>,
+        done: AioCompletion<std::io::Result<()>>,
+    },
+    CompareAndWrite {
+        _compare: Bytes,
+        _write: Bytes,
+        /// Where librbd puts the offset of the first difference (boxed: its address is handed
+        /// to librbd before the request moves).
+        mismatch: Box<u64>,
+        offset: u64,
+        len: usize,
+        done: AioCompletion<std::io::Result<Option<u64>>>,
+    },
 }
+
+/// librbd's answer to a compare-and-write whose compare differed.
+const EILSEQ: isize = 84;
 
 // The raw pointers in `_iov` point into `_data`, which the request owns and keeps alive.
 unsafe impl Send for Op {}
@@ -105,6 +142,23 @@ struct Request {
 impl Request {
     /// Ends the request with librbd's return value (bytes or a negative errno).
     fn finish(self, ret: isize) {
+        if let Op::CompareAndWrite {
+            mismatch,
+            offset,
+            len,
+            done,
+            ..
+        } = self.op
+        {
+            let result = match ret {
+                r if r >= 0 => Ok(None),
+                r if r == -EILSEQ => Ok(Some(super::mismatch_in_request(*mismatch, offset, len))),
+                r => Err((self.on_error)(std::io::Error::from_raw_os_error(
+                    (-r) as i32,
+                ))),
+            };
+            return done.complete(result);
+        }
         let result = if ret < 0 {
             Err((self.on_error)(std::io::Error::from_raw_os_error(
                 (-ret) as i32,
@@ -119,7 +173,10 @@ impl Request {
 fn finish_op(op: Op, result: std::io::Result<()>) {
     match op {
         Op::Read { buf, done } => done.complete((result, buf)),
-        Op::Write { done, .. } | Op::Flush { done } => done.complete(result),
+        Op::Write { done, .. } | Op::Flush { done } | Op::Other { done, .. } => {
+            done.complete(result)
+        }
+        Op::CompareAndWrite { done, .. } => done.complete(result.map(|()| None)),
     }
 }
 
@@ -223,6 +280,92 @@ impl Image {
         // SAFETY: open image.
         self.submit(Op::Flush { done }, on_error, |api, c| unsafe {
             (api.flush)(image, c)
+        });
+    }
+
+    /// Deallocates `len` bytes at `offset` (partial objects zeroed, as the image is opened
+    /// with `rbd_skip_partial_discard` off).
+    pub fn aio_discard(
+        &self,
+        offset: u64,
+        len: u64,
+        done: AioCompletion<std::io::Result<()>>,
+        on_error: OnError,
+    ) {
+        let image = self.image;
+        let op = Op::Other {
+            _pattern: None,
+            done,
+        };
+        // SAFETY: open image.
+        self.submit(op, on_error, |api, c| unsafe {
+            (api.discard)(image, offset, len, c)
+        });
+    }
+
+    /// `pattern` repeated over `len` bytes from `offset`, sent to the OSDs once.
+    pub fn aio_write_same(
+        &self,
+        pattern: Bytes,
+        offset: u64,
+        len: u64,
+        done: AioCompletion<std::io::Result<()>>,
+        on_error: OnError,
+    ) {
+        let image = self.image;
+        let whole = usize::try_from(len)
+            .ok()
+            .filter(|l| !pattern.is_empty() && l.is_multiple_of(pattern.len()));
+        let Some(len) = whole else {
+            return done.complete(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "write same: the length is not a whole number of patterns",
+            )));
+        };
+        let (ptr, plen) = (pattern.as_ptr(), pattern.len());
+        let op = Op::Other {
+            _pattern: Some(pattern),
+            done,
+        };
+        // SAFETY: open image; the pattern lives in the request until the callback.
+        self.submit(op, on_error, |api, c| unsafe {
+            (api.write_same)(image, offset, len, ptr.cast(), plen, c, 0)
+        });
+    }
+
+    /// Writes `write` at `offset` only if the range equals `compare` (atomically at the
+    /// OSD); `done` gets the offset of the first difference when it did not.
+    pub fn aio_compare_and_write(
+        &self,
+        compare: Bytes,
+        write: Bytes,
+        offset: u64,
+        done: AioCompletion<std::io::Result<Option<u64>>>,
+        on_error: OnError,
+    ) {
+        if compare.len() != write.len() {
+            return done.complete(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "compare and write buffers differ in length",
+            )));
+        }
+        let image = self.image;
+        let (cmp, buf, len) = (compare.as_ptr(), write.as_ptr(), write.len());
+        let mut mismatch = Box::new(0u64);
+        let at: *mut u64 = &mut *mismatch;
+        let op = Op::CompareAndWrite {
+            _compare: compare,
+            _write: write,
+            mismatch,
+            offset,
+            len,
+            done,
+        };
+        // SAFETY: open image; both buffers and the mismatch slot live in the request until
+        // the callback (moving a Box or Bytes does not move what it points to).
+        self.submit(op, on_error, |api, c| unsafe {
+            let rc = (api.compare_and_write)(image, offset, len, cmp.cast(), buf.cast(), c, at, 0);
+            c_int::try_from(rc).unwrap_or(-22)
         });
     }
 }
