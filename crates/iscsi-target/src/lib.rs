@@ -26,7 +26,7 @@ mod tmf;
 mod write_lanes;
 mod writer;
 
-pub use reload::{Change, ConfigSource, ReloadError, ReloadReport};
+pub use reload::{Change, ConfigSource, PreparedSection, ReloadError, ReloadReport, ReloadSection};
 pub use server::Portal;
 pub use status::StatusSection;
 pub use target::{BuildError, TargetRuntime, INQUIRY_PRODUCT, INQUIRY_VENDOR};
@@ -79,23 +79,34 @@ pub async fn serve(
     source: ConfigSource,
     ready: oneshot::Sender<ServeInfo>,
 ) -> Result<(), Error> {
-    serve_with(config, source, ready, Vec::new()).await
+    serve_with(config, source, ready, OtherServices::default()).await
+}
+
+/// Other services of the process (SMB): their parts of the status reply and `/metrics`, and
+/// of a reload.
+#[derive(Default)]
+pub struct OtherServices {
+    pub status: Vec<Arc<dyn StatusSection>>,
+    pub reload: Vec<Arc<dyn ReloadSection>>,
 }
 
 /// [`serve`], with other services of the process (SMB) reporting through the same status
-/// socket and `/metrics`.
+/// socket and `/metrics`, and reconfigured by the same reloads.
 pub async fn serve_with(
     config: ServeConfig,
     source: ConfigSource,
     ready: oneshot::Sender<ServeInfo>,
-    sections: Vec<Arc<dyn StatusSection>>,
+    others: OtherServices,
 ) -> Result<(), Error> {
     // Handlers first: a signal that arrives as soon as `ready` is announced (a service manager
     // reloading or stopping a just-started unit) must find them installed, not take its
     // default action (SIGHUP and SIGTERM would end the process without draining).
     let signals = ShutdownSignals::install();
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-    let handle = start_full(config, source, sections).await?;
+    let handle = start_full(config, source, others.status).await?;
+    for section in others.reload {
+        handle.add_reload_section(section);
+    }
     let _ = ready.send(handle.info.clone());
     let reloads = tokio::spawn(reload_on_sighup(handle.server.clone(), hangup));
     signals.wait().await;
@@ -194,6 +205,11 @@ impl ServerHandle {
     /// Re-reads the configuration and applies the difference (see [`reload`]).
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         reload::reload(&self.server).await
+    }
+
+    /// Lets a reload reconfigure another service of the process too.
+    pub fn add_reload_section(&self, section: Arc<dyn ReloadSection>) {
+        self.server.reload_sections.lock().push(section);
     }
 
     /// The configuration the server runs now.

@@ -75,6 +75,8 @@ pub struct Server {
     pub shutdown: CancellationToken,
     /// Other services of the process that report through the status socket and `/metrics`.
     pub sections: Vec<Arc<dyn crate::status::StatusSection>>,
+    /// Other services of the process that a reload reconfigures too.
+    pub reload_sections: Mutex<Vec<Arc<dyn crate::reload::ReloadSection>>>,
 }
 
 impl Server {
@@ -95,6 +97,7 @@ impl Server {
             next_nexus: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
             sections: Vec::new(),
+            reload_sections: Mutex::new(Vec::new()),
         }
     }
 

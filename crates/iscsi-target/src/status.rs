@@ -221,7 +221,12 @@ fn reload_reply(result: Result<crate::ReloadReport, crate::ReloadError>) -> serd
         Ok(report) => serde_json::json!({
             "ok": true,
             "file": report.file.display().to_string(),
-            "changes": report.changes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "changes": report
+                .changes
+                .iter()
+                .map(ToString::to_string)
+                .chain(report.others.iter().cloned())
+                .collect::<Vec<_>>(),
             "sessions_ended": report.sessions_ended,
             "connections_ended": report.connections_ended,
         }),

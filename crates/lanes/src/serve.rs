@@ -92,6 +92,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let smb = crate::smb::start_for_serve(overrides_config.as_deref(), &config.data_dir)
         .await
         .context("starting the SMB server")?;
+    let smb_reload =
+        crate::smb::SmbReload::new(smb.as_ref().map(|(s, c)| (s, c.clone())), &config.data_dir);
+    let smb = smb.map(|(s, _)| s);
     let smb_banner = smb.as_ref().map(crate::smb::banner);
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<lanes_iscsi_target::ServeInfo>();
     let banner_config = config.clone();
@@ -136,7 +139,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 as std::sync::Arc<dyn lanes_iscsi_target::StatusSection>
         })
         .collect();
-    let result = lanes_iscsi_target::serve_with(config, source, ready_tx, sections).await;
+    let others = lanes_iscsi_target::OtherServices {
+        status: sections,
+        reload: vec![std::sync::Arc::new(smb_reload)],
+    };
+    let result = lanes_iscsi_target::serve_with(config, source, ready_tx, others).await;
     printer.abort();
     stopping.abort();
     drop(smb);

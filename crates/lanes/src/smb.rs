@@ -124,7 +124,7 @@ fn prompt_hidden(prompt: &str) -> anyhow::Result<String> {
 pub async fn start_for_serve(
     config_file: Option<&Path>,
     data_dir: &Path,
-) -> anyhow::Result<Option<SmbServer>> {
+) -> anyhow::Result<Option<(SmbServer, SmbConfig)>> {
     let Some(file) = config_file else {
         return Ok(None);
     };
@@ -144,7 +144,105 @@ pub async fn start_for_serve(
             cfg.users_file.display()
         );
     }
-    Ok(Some(SmbServer::start(cfg, users).await?))
+    let configured = cfg.clone();
+    Ok(Some((SmbServer::start(cfg, users).await?, configured)))
+}
+
+/// The SMB server's part of a reload (`lanes reload`, SIGHUP): its shares and users from the
+/// same file, applied live; settings that need a restart are refused with their key. With no
+/// SMB server running, a file that now has shares is refused the same way.
+pub struct SmbReload {
+    server: Option<std::sync::Arc<lanes_smb_server::state::Server>>,
+    data_dir: PathBuf,
+    /// The configuration applied last, as configured (ports as written, not as bound).
+    applied: std::sync::Arc<std::sync::Mutex<Option<SmbConfig>>>,
+}
+
+impl SmbReload {
+    pub fn new(running: Option<(&SmbServer, SmbConfig)>, data_dir: &Path) -> SmbReload {
+        let (server, applied) = match running {
+            Some((s, c)) => (Some(s.server.clone()), Some(c)),
+            None => (None, None),
+        };
+        SmbReload {
+            server,
+            data_dir: data_dir.to_path_buf(),
+            applied: std::sync::Arc::new(std::sync::Mutex::new(applied)),
+        }
+    }
+}
+
+struct PreparedSmb {
+    inner: lanes_smb_server::PreparedReload,
+    config: SmbConfig,
+    applied: std::sync::Arc<std::sync::Mutex<Option<SmbConfig>>>,
+}
+
+impl lanes_iscsi_target::PreparedSection for PreparedSmb {
+    fn changes(&self) -> Vec<String> {
+        self.inner.changes().to_vec()
+    }
+    fn commit(self: Box<Self>) {
+        let PreparedSmb {
+            inner,
+            config,
+            applied,
+        } = *self;
+        inner.commit();
+        let mut slot = applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(config);
+    }
+}
+
+/// Nothing to change: the file has no SMB part and none runs.
+struct Unchanged;
+
+impl lanes_iscsi_target::PreparedSection for Unchanged {
+    fn changes(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn commit(self: Box<Self>) {}
+}
+
+impl lanes_iscsi_target::ReloadSection for SmbReload {
+    fn prepare(&self, file: &Path) -> Result<Box<dyn lanes_iscsi_target::PreparedSection>, String> {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let new =
+            SmbConfig::from_file_text(file, &text, &self.data_dir).map_err(|e| e.to_string())?;
+        let (server, new) = match (&self.server, new) {
+            (None, None) => return Ok(Box::new(Unchanged)),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{}: share: the SMB server is not running (it had no [[share]] at start);                      starting it needs a restart of lanes serve",
+                    file.display()
+                ))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "{}: share: no [[share]] left (or [smb] enabled = false); stopping the SMB                      server needs a restart of lanes serve",
+                    file.display()
+                ))
+            }
+            (Some(server), Some(new)) => (server, new),
+        };
+        let users = Users::load(&new.users_file).map_err(|e| format!("SMB users: {e}"))?;
+        let applied = self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| new.clone());
+        let inner = server
+            .prepare_reload(&applied, &new, users)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(Box::new(PreparedSmb {
+            inner,
+            config: new,
+            applied: self.applied.clone(),
+        }))
+    }
 }
 
 /// The SMB server's part of `lanes status` (key `smb`) and of `/metrics`.

@@ -56,6 +56,10 @@ impl Conn {
         if let Request::TreeDisconnect(_) = req {
             return crate::tree::tree_disconnect(&self.server, &session, tree_id, out).into();
         }
+        // A share a reload removed or changed: the client connects the tree again.
+        if tree.share.as_ref().is_some_and(|s| s.is_retired()) {
+            return Outcome::Error(NtStatus::NETWORK_NAME_DELETED);
+        }
         let ctx = Ctx {
             server: &self.server,
             session: &session,

@@ -11,6 +11,7 @@ pub mod conn;
 pub mod dispatch;
 pub mod fs;
 pub mod ioctl;
+pub mod reload;
 pub mod session;
 pub mod state;
 pub mod stats;
@@ -22,6 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::{ShareConfig, SmbConfig};
+pub use reload::{PreparedReload, ReloadRefused};
 pub use users::Users;
 
 use state::{Server, Share};
@@ -57,27 +59,7 @@ pub struct SmbServer {
 impl SmbServer {
     /// Checks the shares, binds every listen address and starts accepting.
     pub async fn start(config: SmbConfig, users: Users) -> Result<SmbServer, ServeError> {
-        let mut shares = Vec::new();
-        for s in &config.shares {
-            let err = |source| ServeError::Share {
-                name: s.name.clone(),
-                path: s.path.display().to_string(),
-                source,
-            };
-            let root = std::fs::canonicalize(&s.path).map_err(err)?;
-            if !root.is_dir() {
-                return Err(ServeError::NotADirectory {
-                    name: s.name.clone(),
-                    path: s.path.display().to_string(),
-                });
-            }
-            shares.push(Arc::new(Share {
-                name: s.name.clone(),
-                root,
-                read_only: s.read_only,
-                users: s.users.clone(),
-            }));
-        }
+        let shares = build_shares(&config)?;
         let mut listeners = Vec::new();
         for addr in &config.listen {
             let l = tokio::net::TcpListener::bind(addr)
@@ -137,4 +119,30 @@ impl Drop for SmbServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The configured shares, each root checked to be a directory and made canonical.
+pub(crate) fn build_shares(config: &SmbConfig) -> Result<Vec<Arc<Share>>, ServeError> {
+    let mut shares = Vec::new();
+    for s in &config.shares {
+        let err = |source| ServeError::Share {
+            name: s.name.clone(),
+            path: s.path.display().to_string(),
+            source,
+        };
+        let root = std::fs::canonicalize(&s.path).map_err(err)?;
+        if !root.is_dir() {
+            return Err(ServeError::NotADirectory {
+                name: s.name.clone(),
+                path: s.path.display().to_string(),
+            });
+        }
+        shares.push(Arc::new(Share::new(
+            s.name.clone(),
+            root,
+            s.read_only,
+            s.users.clone(),
+        )));
+    }
+    Ok(shares)
 }

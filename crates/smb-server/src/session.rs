@@ -129,7 +129,7 @@ impl Conn {
             return Outcome::Error(NtStatus::USER_SESSION_DELETED);
         };
         pending.preauth.update(inc.bytes);
-        let users = &self.server.users;
+        let users = self.server.users();
         let mut tried = None;
         let step = pending.auth.step(req.security_buffer, |user, _domain| {
             tried = Some(user.to_string());

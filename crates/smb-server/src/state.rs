@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use smb_proto::crypto::{Cipher, SessionKeys, SigningAlgorithm};
 use smb_proto::msg::FileId;
 
@@ -32,9 +32,26 @@ pub struct Share {
     pub root: PathBuf,
     pub read_only: bool,
     pub users: Vec<String>,
+    /// Removed or changed by a reload: its tree connects answer NETWORK_NAME_DELETED and new
+    /// ones get the share as configured now.
+    pub retired: AtomicBool,
 }
 
 impl Share {
+    pub fn new(name: String, root: PathBuf, read_only: bool, users: Vec<String>) -> Share {
+        Share {
+            name,
+            root,
+            read_only,
+            users,
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
     pub fn allows(&self, user: &str) -> bool {
         self.users.is_empty() || self.users.iter().any(|u| u.eq_ignore_ascii_case(user))
     }
@@ -84,8 +101,9 @@ pub struct Server {
     pub watches: Mutex<Vec<Watch>>,
     /// CHANGE_NOTIFYs answered by a change (for tests and diagnostics).
     pub notified: AtomicU64,
-    pub shares: Vec<Arc<Share>>,
-    pub users: Users,
+    /// The shares and users as configured now (a reload replaces each list as a whole).
+    shares: RwLock<Arc<Vec<Arc<Share>>>>,
+    users: RwLock<Arc<Users>>,
     pub server_guid: [u8; 16],
     pub start_time: u64,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
@@ -110,8 +128,8 @@ impl Server {
         let server_guid: [u8; 16] = rand::random();
         Server {
             config,
-            shares,
-            users,
+            shares: RwLock::new(Arc::new(shares)),
+            users: RwLock::new(Arc::new(users)),
             server_guid,
             start_time: crate::wire::now_filetime(),
             sessions: Mutex::new(HashMap::new()),
@@ -136,9 +154,26 @@ impl Server {
 
     pub fn share(&self, name: &str) -> Option<Arc<Share>> {
         self.shares
+            .read()
             .iter()
             .find(|s| s.name.eq_ignore_ascii_case(name))
             .cloned()
+    }
+
+    /// The shares as configured now.
+    pub fn shares(&self) -> Arc<Vec<Arc<Share>>> {
+        self.shares.read().clone()
+    }
+
+    /// The users as configured now.
+    pub fn users(&self) -> Arc<Users> {
+        self.users.read().clone()
+    }
+
+    /// Replaces the shares and users (a reload's last step; `crate::reload`).
+    pub(crate) fn set_shares_and_users(&self, shares: Vec<Arc<Share>>, users: Arc<Users>) {
+        *self.shares.write() = Arc::new(shares);
+        *self.users.write() = users;
     }
 
     pub fn session(&self, id: u64) -> Option<Arc<Session>> {

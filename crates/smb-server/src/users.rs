@@ -54,6 +54,10 @@ impl Users {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
+    /// The user names (lower case).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(String::as_str)
+    }
 
     pub fn parse(path: &Path, text: &str) -> Result<Users, UsersError> {
         let mut users = Users::new();

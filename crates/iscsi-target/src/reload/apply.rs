@@ -241,6 +241,7 @@ pub(super) fn commit(
         changes: Vec::new(),
         sessions_ended: 0,
         connections_ended: 0,
+        others: Vec::new(),
     };
     let retired = swap_lun_maps(server, &changes, prepared.luns);
     for change in changes {

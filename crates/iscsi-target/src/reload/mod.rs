@@ -10,10 +10,12 @@
 
 mod apply;
 mod diff;
+mod section;
 #[cfg(test)]
 mod tests;
 
 pub use diff::{diff, Change, NotLive};
+pub use section::{PreparedSection, ReloadSection};
 
 use crate::config::{CliOverrides, ConfigError, ServeConfig};
 use crate::server::Server;
@@ -85,6 +87,9 @@ pub enum ReloadError {
         key: String,
         message: String,
     },
+    /// Another service's part of the file (SMB shares) is invalid or cannot be applied live.
+    #[error("{0}")]
+    Section(String),
 }
 
 impl ReloadError {
@@ -94,7 +99,7 @@ impl ReloadError {
             ReloadError::Invalid(e) => e.key(),
             ReloadError::NotLive { source, .. } => Some(&source.key),
             ReloadError::Apply { key, .. } => Some(key),
-            ReloadError::NoFile => None,
+            ReloadError::NoFile | ReloadError::Section(_) => None,
         }
     }
 }
@@ -111,6 +116,8 @@ pub struct ReloadReport {
     pub sessions_ended: usize,
     /// Connections ended because their portal was removed.
     pub connections_ended: usize,
+    /// What the other services' sections changed ([`ReloadSection`]), one line each.
+    pub others: Vec<String>,
 }
 
 /// Re-reads the configuration from the server's [`ConfigSource`] and applies the difference,
@@ -132,21 +139,33 @@ pub async fn reload(server: &Arc<Server>) -> Result<ReloadReport, ReloadError> {
                 key,
                 message,
             })?;
-        let (report, retired) = apply::commit(server, new, file, changes, prepared);
+        let sections: Vec<_> = server.reload_sections.lock().clone();
+        let mut others = Vec::new();
+        for section in &sections {
+            others.push(section.prepare(&file).map_err(ReloadError::Section)?);
+        }
+        let (mut report, retired) = apply::commit(server, new, file, changes, prepared);
+        for prepared in others {
+            report.others.extend(prepared.changes());
+            prepared.commit();
+        }
         apply::retire(retired).await;
         Ok(report)
     }
     .await;
     match &result {
-        Ok(report) if report.changes.is_empty() => {
+        Ok(report) if report.changes.is_empty() && report.others.is_empty() => {
             info!(file = %report.file.display(), "reload: nothing changed")
         }
         Ok(report) => {
             for change in &report.changes {
                 info!(file = %report.file.display(), "reload: {change}");
             }
+            for change in &report.others {
+                info!(file = %report.file.display(), "reload: {change}");
+            }
             info!(
-                changes = report.changes.len(),
+                changes = report.changes.len() + report.others.len(),
                 sessions_ended = report.sessions_ended,
                 connections_ended = report.connections_ended,
                 "reload applied"

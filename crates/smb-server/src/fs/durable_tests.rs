@@ -29,12 +29,7 @@ struct Env {
 fn env() -> Env {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().canonicalize().expect("canonical root");
-    let share = Arc::new(Share {
-        name: "share".into(),
-        root,
-        read_only: false,
-        users: Vec::new(),
-    });
+    let share = Arc::new(Share::new("share".into(), root, false, Vec::new()));
     let server = Arc::new(Server::new(
         crate::config::SmbConfig::new(Path::new("/nonexistent")),
         vec![share.clone()],
