@@ -80,7 +80,8 @@ pub async fn config(args: ConfigArgs) -> anyhow::Result<()> {
     match args.command {
         ConfigCommand::Check { file } => {
             let config = ServeConfig::from_toml_file(&file)?;
-            println!("{}: ok: {}", file.display(), summary(&config));
+            let smb = check_smb(&file, &config)?;
+            println!("{}: ok: {}{smb}", file.display(), summary(&config));
             Ok(())
         }
         ConfigCommand::Show { socket } => {
@@ -99,6 +100,34 @@ pub async fn config(args: ConfigArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The SMB part of the file, checked as `lanes serve` and a reload would: each share a
+/// directory, the users file readable by its owner only. `, 2 SMB shares, 3 SMB users`, or
+/// nothing when the file has no SMB part.
+fn check_smb(file: &std::path::Path, config: &ServeConfig) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(file)?;
+    let Some(smb) = lanes_smb_server::SmbConfig::from_file_text(file, &text, &config.data_dir)?
+    else {
+        return Ok(String::new());
+    };
+    for (i, share) in smb.shares.iter().enumerate() {
+        if !share.path.is_dir() {
+            anyhow::bail!(
+                "{}: share[{i}].path: {} is not a directory",
+                file.display(),
+                share.path.display()
+            );
+        }
+    }
+    let users = lanes_smb_server::Users::load(&smb.users_file)
+        .map_err(|e| anyhow::anyhow!("SMB users: {e}"))?;
+    let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    Ok(format!(
+        ", {}, {}",
+        plural(smb.shares.len(), "SMB share"),
+        plural(users.len(), "SMB user")
+    ))
 }
 
 /// `2 targets, 3 LUNs, 2 portal groups, 3 portals`.

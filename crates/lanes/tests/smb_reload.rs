@@ -97,9 +97,22 @@ fn reload_adds_and_removes_shares_and_users_without_ending_sessions() {
     rt.block_on(old.open("a.txt", OpenOptions::READ_WRITE))
         .expect("a file on old");
 
-    // "old" removed, "new" added, dave added to the users file.
+    // "old" removed, "new" added, dave added to the users file; checked first.
     write_config(dir.path(), port, &["files", "new"]);
     add_user(dir.path(), &cfg, "dave", "Secret");
+    let out = lanes(&["config", "check", cfg.to_str().unwrap()]);
+    let checked = text(&out.stdout);
+    assert!(out.status.success(), "{checked}{}", text(&out.stderr));
+    assert!(checked.contains("2 SMB shares, 2 SMB users"), "{checked}");
+    std::fs::remove_dir(dir.path().join("new")).unwrap();
+    let out = lanes(&["config", "check", cfg.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("share[1].path"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::create_dir(dir.path().join("new")).unwrap();
     let out = lanes(&["reload", "--socket", &socket_arg]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
