@@ -96,6 +96,8 @@ size = "16M"
 
 [smb]
 listen = ["$addr1:$port", "$addr2:$port"]
+# smb2.session binds across dialects from 2.0.2 up (the default, spelled out).
+min-dialect = "2.0.2"
 
 [[share]]
 name = "share"

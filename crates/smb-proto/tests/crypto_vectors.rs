@@ -162,9 +162,37 @@ fn gcm_transform_matches_the_311_encryption_post() {
     );
 }
 
+/// "Encryption in SMB 3.0: A protocol perspective" (Windows 8 against Windows Server 2012):
+/// the 3.0 keys derived from the post's SessionKey are the post's SigningKey, ApplicationKey,
+/// EncryptionKey (the client's, so the server's DecryptionKey: "ServerIn ") and DecryptionKey
+/// (the client's, the server's EncryptionKey: "ServerOut"). 3.0.2 derives the same way.
+#[test]
+fn smb30_keys_match_the_30_encryption_post() {
+    let session_key = hex("B4546771B515F766A86735532DD6C4F0");
+    for dialect in [0x0300, 0x0302] {
+        let keys = SessionKeys::derive(dialect, &session_key, &PreauthHash::default(), None);
+        assert_eq!(
+            keys.signing.to_vec(),
+            hex("F773CD23C18FD1E08EE510CADA7CF852")
+        );
+        assert_eq!(
+            keys.application.to_vec(),
+            hex("77432F808CE99156B5BC6A3676D730D1")
+        );
+        assert_eq!(
+            keys.c2s_cipher.as_bytes(),
+            hex("261B72350558F2E9DCF613070383EDBF")
+        );
+        assert_eq!(
+            keys.s2c_cipher.as_bytes(),
+            hex("8FE2B57EC34D2DB5B1A9727F526BBDB5")
+        );
+    }
+}
+
 /// "Encryption in SMB 3.0: A protocol perspective": the AES-128-CCM transform (11-byte nonce;
-/// the client filled all 16 nonce bytes, which the AAD covers). The keys come from the post
-/// (the 3.0 key derivation is out of scope).
+/// the client filled all 16 nonce bytes, which the AAD covers), with the client's
+/// EncryptionKey of the post (derived from its SessionKey in the test above).
 #[test]
 fn ccm_transform_matches_the_30_encryption_post() {
     let key = hex("261B72350558F2E9DCF613070383EDBF");

@@ -25,6 +25,8 @@ fn config() -> NegotiateConfig {
         max_write_size: 0x80_0000,
         server_start_time: r.server_start_time,
         signing_required: false,
+        min_dialect: 0x0202,
+        max_dialect: 0x0311,
         ciphers: vec![Cipher::Aes128Gcm, Cipher::Aes128Ccm],
         signing: vec![SigningAlgorithm::AesGmac, SigningAlgorithm::AesCmac],
     }
@@ -101,7 +103,19 @@ fn negotiate_choices_and_refusals() {
         negotiate(&n, &config(), &salt, 0, &[]).unwrap_err(),
         NtStatus::INVALID_PARAMETER
     );
+    // 3.0.2 is spoken now, unless the server's range starts above it.
     n.dialects = vec![0x0302];
+    assert_eq!(
+        negotiate(&n, &config(), &salt, 0, &[]).unwrap().0.dialect,
+        0x0302
+    );
+    let mut only_311 = config();
+    only_311.min_dialect = 0x0311;
+    assert_eq!(
+        negotiate(&n, &only_311, &salt, 0, &[]).unwrap_err(),
+        NtStatus::NOT_SUPPORTED
+    );
+    n.dialects = vec![0x0222];
     assert_eq!(
         negotiate(&n, &config(), &salt, 0, &[]).unwrap_err(),
         NtStatus::NOT_SUPPORTED

@@ -9,6 +9,7 @@
 //! link-speed = 10000                # Mbit/s reported for every interface (default: sysfs)
 //! rss = true                        # report RSS capability for every interface
 //! signing-required = false
+//! min-dialect = "2.0.2"             # lowest dialect accepted: 2.0.2, 2.1, 3.0, 3.0.2, 3.1.1
 //!
 //! [[share]]
 //! name = "data"
@@ -24,6 +25,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub const DEFAULT_SMB_PORT: u16 = 445;
+/// SMB 2.0.2: every dialect is accepted unless `min-dialect` says otherwise.
+pub const DEFAULT_MIN_DIALECT: u16 = 0x0202;
 
 /// Why the SMB configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,9 @@ pub struct SmbConfig {
     pub link_speed: Option<u64>,
     pub rss: bool,
     pub signing_required: bool,
+    /// The lowest dialect a client may negotiate (0x0202, 0x0210, 0x0300, 0x0302 or 0x0311).
+    /// The default, 2.0.2, accepts every dialect, as Samba and Windows Server do.
+    pub min_dialect: u16,
     /// The NetBIOS-style name in the NTLM challenge.
     pub server_name: String,
 }
@@ -79,6 +85,7 @@ impl SmbConfig {
             link_speed: None,
             rss: false,
             signing_required: false,
+            min_dialect: DEFAULT_MIN_DIALECT,
             server_name: "LANES".to_string(),
         }
     }
@@ -140,6 +147,19 @@ impl SmbConfig {
             }
             cfg.rss = smb.rss.unwrap_or(false);
             cfg.signing_required = smb.signing_required.unwrap_or(false);
+            if let Some(d) = smb.min_dialect {
+                cfg.min_dialect =
+                    smb_proto::server::dialect::from_name(d.get_ref()).ok_or_else(|| {
+                        invalid(
+                            d.span(),
+                            "smb.min-dialect".into(),
+                            format!(
+                                "{:?} is not a dialect (2.0.2, 2.1, 3.0, 3.0.2 or 3.1.1)",
+                                d.get_ref()
+                            ),
+                        )
+                    })?;
+            }
             if let Some(n) = smb.server_name {
                 cfg.server_name = n;
             }
@@ -217,6 +237,7 @@ struct RawSmb {
     link_speed: Option<Spanned<i64>>,
     rss: Option<bool>,
     signing_required: Option<bool>,
+    min_dialect: Option<Spanned<String>>,
     server_name: Option<String>,
 }
 
@@ -261,6 +282,26 @@ mod tests {
             e.to_string()
                 .starts_with("/etc/lanes/lanes.toml:2: smb.listen[0]"),
             "{e}"
+        );
+        assert_eq!(c.min_dialect, 0x0202);
+        for (name, d) in [
+            ("2.1", 0x0210),
+            ("3.0", 0x0300),
+            ("3.0.2", 0x0302),
+            ("3.1.1", 0x0311),
+        ] {
+            let t =
+                format!("[smb]\nmin-dialect = \"{name}\"\n[[share]]\nname = \"a\"\npath = \"b\"\n");
+            let c = SmbConfig::from_file_text(f, &t, Path::new("/x"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(c.min_dialect, d);
+        }
+        let bad = "[smb]\nsigning-required = true\nmin-dialect = \"SMB3\"\n[[share]]\nname = \"a\"\npath = \"b\"\n";
+        let e = SmbConfig::from_file_text(f, bad, Path::new("/x")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/lanes/lanes.toml:3: smb.min-dialect: \"SMB3\" is not a dialect (2.0.2, 2.1, 3.0, 3.0.2 or 3.1.1)"
         );
         let bad = "[[share]]\nname = \"a\"\npath = \"b\"\nwhat = 1\n";
         assert!(SmbConfig::from_file_text(f, bad, Path::new("/x")).is_err());

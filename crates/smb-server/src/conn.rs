@@ -317,9 +317,13 @@ impl Conn {
             .ok_or("transform without a negotiated cipher")?;
         let (_, plain) = transform::decrypt(cipher, session.keys.c2s_cipher.as_bytes(), frame)
             .map_err(|_| "transform does not decrypt")?;
-        self.stats
+        if !self
+            .stats
             .encrypted
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(peer = %self.peer, cipher = crate::stats::cipher_name(Some(cipher)), "SMB connection encrypted");
+        }
         let mut out = self.handle_chain(plain, Some(&session), None).await?;
         // Async completions queued meanwhile (a CANCEL's answer) go out encrypted too.
         for f in std::mem::take(&mut self.extra) {
@@ -341,16 +345,29 @@ impl Conn {
             return Err("SMB1 after NEGOTIATE");
         }
         let dialects = smb_proto::smb1::negotiate_dialects(frame).map_err(|_| "SMB1 message")?;
-        if !smb_proto::smb1::offers_smb2_wildcard(&dialects) {
-            return Err("SMB1 negotiate without SMB 2.???");
+        let cfg = crate::session::negotiate_config(&self.server);
+        let answer =
+            smb_proto::server::dialect::smb1_answer(&dialects, cfg.min_dialect, cfg.max_dialect);
+        if answer == smb_proto::server::Smb1Answer::Refuse {
+            return Err("SMB1 negotiate without a dialect the server speaks");
         }
         self.window
             .consume(0, 0, 0, false)
             .map_err(|_| "SMB1 negotiate credit")?;
         let credits = self.window.grant(1);
-        let cfg = crate::session::negotiate_config(&self.server);
         let hint = smb_proto::auth::spnego::negotiate_hint();
-        let resp = smb_proto::server::wildcard_response(&cfg, crate::wire::now_filetime(), &hint);
+        let now = crate::wire::now_filetime();
+        let resp = if answer == smb_proto::server::Smb1Answer::Smb202 {
+            // Only "SMB 2.002" fits: the connection is negotiated here (MS-SMB2 3.3.5.3.1).
+            let (n, resp) = smb_proto::server::negotiate_smb1_202(&cfg, now, &hint);
+            self.stats
+                .dialect
+                .store(n.dialect, std::sync::atomic::Ordering::Relaxed);
+            self.negotiated = Some(n);
+            resp
+        } else {
+            smb_proto::server::wildcard_response(&cfg, now, &hint)
+        };
         let mut blank = [0u8; HEADER_LEN];
         blank[..4].copy_from_slice(&smb_proto::header::PROTOCOL_ID);
         blank[4] = 64;
@@ -400,6 +417,14 @@ impl Conn {
                 .as_ref()
                 .is_some_and(|n| n.capabilities & smb_proto::msg::negotiate::CAP_LARGE_MTU != 0);
             let mut early = if e.offset == 0 { force_first } else { None };
+            // 2.0.2 has no multi-credit requests: 64 KiB at most (its MaxRead/Write/Transact).
+            let smb202 = self
+                .negotiated
+                .as_ref()
+                .is_some_and(|n| n.dialect == smb_proto::msg::negotiate::DIALECT_202);
+            if smb202 && payload > 65536 {
+                early = Some(NtStatus::INVALID_PARAMETER);
+            }
             if is_charged(h.command) {
                 if let Err(ce) =
                     self.window

@@ -25,9 +25,26 @@ impl Conn {
     pub async fn dispatch(
         &mut self,
         inc: Incoming<'_>,
-        req: Request<'_>,
+        mut req: Request<'_>,
         out: &mut Vec<u8>,
     ) -> Outcome {
+        // Below 3.0 there is no ChannelSequence or replay flag, no DH2Q/DH2C, AppInstanceId or
+        // lease v2, and 2.0.2 has no leases at all: they are taken out here so that the
+        // handlers need not know the dialect.
+        let dialect = self.negotiated.as_ref().map_or(0, |n| n.dialect);
+        let plain;
+        let inc = if smb_proto::server::dialect::is_smb3(dialect) {
+            inc
+        } else {
+            plain = without_smb3_fields(inc.header);
+            Incoming {
+                header: &plain,
+                ..inc
+            }
+        };
+        if let Request::Create(r) = &mut req {
+            contexts_for_dialect(&mut r.contexts, dialect);
+        }
         match &req {
             Request::Negotiate(r) => return self.negotiate(&inc, r, out),
             Request::SessionSetup(r) => return self.session_setup(&inc, r, out),
@@ -249,5 +266,97 @@ impl Conn {
             return Err(NtStatus::ACCESS_DENIED);
         }
         Ok(ch.session.clone())
+    }
+}
+
+/// A request header of a 2.x connection as the handlers read it: Status is reserved there, so
+/// ChannelSequence is 0, and SMB2_FLAGS_REPLAY_OPERATION means nothing.
+fn without_smb3_fields(h: &smb_proto::Header) -> smb_proto::Header {
+    let mut plain = h.clone();
+    plain.status = 0;
+    plain.flags.0 &= !smb_proto::header::Flags::REPLAY_OPERATION;
+    plain
+}
+
+/// The create contexts a dialect has (MS-SMB2 3.3.5.9): from 3.0 all of them; 2.1 has no
+/// DH2Q, DH2C or AppInstanceId, and reads a lease request as v1 (its first 32 bytes); 2.0.2
+/// has no lease request either. The others are ignored, as the specification says.
+fn contexts_for_dialect(contexts: &mut Vec<smb_proto::msg::CreateContext<'_>>, dialect: u16) {
+    use smb_proto::msg::create::{
+        CTX_APP_INSTANCE_ID, CTX_DURABLE_HANDLE_RECONNECT_V2, CTX_DURABLE_HANDLE_REQUEST_V2,
+        CTX_REQUEST_LEASE,
+    };
+    if smb_proto::server::dialect::is_smb3(dialect) {
+        return;
+    }
+    contexts.retain(|c| {
+        c.name != CTX_DURABLE_HANDLE_REQUEST_V2
+            && c.name != CTX_DURABLE_HANDLE_RECONNECT_V2
+            && c.name != CTX_APP_INSTANCE_ID
+            && !(c.name == CTX_REQUEST_LEASE && dialect < smb_proto::msg::negotiate::DIALECT_210)
+    });
+    for c in contexts.iter_mut() {
+        if c.name == CTX_REQUEST_LEASE {
+            if let Some(v1) = c.data.get(..32) {
+                c.data = v1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smb_proto::msg::create::{
+        CTX_DURABLE_HANDLE_REQUEST, CTX_DURABLE_HANDLE_REQUEST_V2, CTX_REQUEST_LEASE,
+    };
+    use smb_proto::msg::CreateContext;
+
+    #[test]
+    fn create_contexts_by_dialect() {
+        let lease_v2 = [7u8; 52];
+        let dh2q = [0u8; 32];
+        let dhnq = [0u8; 16];
+        let all = vec![
+            CreateContext {
+                name: CTX_REQUEST_LEASE,
+                data: &lease_v2,
+            },
+            CreateContext {
+                name: CTX_DURABLE_HANDLE_REQUEST_V2,
+                data: &dh2q,
+            },
+            CreateContext {
+                name: CTX_DURABLE_HANDLE_REQUEST,
+                data: &dhnq,
+            },
+        ];
+        for d in [0x0300, 0x0302, 0x0311] {
+            let mut c = all.clone();
+            contexts_for_dialect(&mut c, d);
+            assert_eq!(c, all);
+        }
+        let mut c = all.clone();
+        contexts_for_dialect(&mut c, 0x0210);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].name, c[0].data.len()), (CTX_REQUEST_LEASE, 32));
+        assert_eq!(c[1].name, CTX_DURABLE_HANDLE_REQUEST);
+        let mut c = all.clone();
+        contexts_for_dialect(&mut c, 0x0202);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].name, CTX_DURABLE_HANDLE_REQUEST);
+    }
+
+    #[test]
+    fn smb2_headers_lose_channel_sequence_and_replay() {
+        let mut raw = [0u8; smb_proto::HEADER_LEN];
+        raw[..4].copy_from_slice(&smb_proto::header::PROTOCOL_ID);
+        raw[4] = 64;
+        let mut h = smb_proto::Header::decode(&raw).unwrap();
+        h.status = 0x0005;
+        h.flags.0 |= smb_proto::header::Flags::REPLAY_OPERATION;
+        let p = without_smb3_fields(&h);
+        assert_eq!(p.channel_sequence(), 0);
+        assert!(!p.flags.is_replay());
     }
 }

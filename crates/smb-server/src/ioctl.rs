@@ -9,7 +9,6 @@ use smb_proto::msg::ioctl::{
     ValidateNegotiateInfo, FSCTL_DFS_GET_REFERRALS, FSCTL_QUERY_NETWORK_INTERFACE_INFO,
     FSCTL_VALIDATE_NEGOTIATE_INFO, NETWORK_INTERFACE_CAP_RSS, SMB2_0_IOCTL_IS_FSCTL,
 };
-use smb_proto::msg::negotiate::SECURITY_SIGNING_REQUIRED;
 use smb_proto::msg::{FileId, IoctlRequest, IoctlResponse, Message as _};
 use smb_proto::NtStatus;
 
@@ -63,24 +62,17 @@ pub fn ioctl(
             let Ok(v) = ValidateNegotiateInfo::decode(req.input) else {
                 return Outcome::Error(NtStatus::INVALID_PARAMETER);
             };
-            // Anything but what was negotiated means a tampered NEGOTIATE: drop the connection.
-            if v.guid != n.client_guid
-                || v.security_mode != n.client_security_mode
-                || v.capabilities != n.client_capabilities
-                || !v.dialects.contains(&n.dialect)
-            {
+            // Anything but what was negotiated means a tampered NEGOTIATE: drop the connection
+            // (MS-SMB2 3.3.5.15.12; for 3.0 and 3.0.2 the dialect the request's list selects
+            // must be the connection's).
+            let cfg = crate::session::negotiate_config(&conn.server);
+            if !smb_proto::server::negotiate::validates(n, &v, cfg.min_dialect, cfg.max_dialect) {
                 return Outcome::Disconnect("VALIDATE_NEGOTIATE_INFO does not match the NEGOTIATE");
             }
-            let cfg = crate::session::negotiate_config(&conn.server);
-            let mut mode = smb_proto::msg::negotiate::SECURITY_SIGNING_ENABLED;
-            if cfg.signing_required {
-                mode |= SECURITY_SIGNING_REQUIRED;
-            }
-            let caps = cfg.capabilities & !smb_proto::msg::negotiate::CAP_ENCRYPTION;
             encode_validate_negotiate_response(
-                caps,
+                n.server_capabilities,
                 conn.server.server_guid,
-                mode,
+                n.server_security_mode,
                 n.dialect,
                 &mut data,
             );

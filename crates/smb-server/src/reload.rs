@@ -5,8 +5,8 @@
 //! BAD_NETWORK_NAME once it is gone); its opens stay until the client closes them or
 //! disconnects the tree. Users added or with a new password can log on at once; sessions
 //! already set up stay. What needs the listening sockets or the negotiation to change
-//! (`[smb]` listen, signing, server name, link speed, RSS) is refused with its key, and then
-//! nothing changes.
+//! (`[smb]` listen, signing, server name, link speed, RSS, lowest dialect) is refused with its
+//! key, and then nothing changes.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -68,6 +68,9 @@ fn not_live(old: &SmbConfig, new: &SmbConfig) -> Option<&'static str> {
     }
     if old.rss != new.rss {
         return Some("smb.rss");
+    }
+    if old.min_dialect != new.min_dialect {
+        return Some("smb.min-dialect");
     }
     // Anything else but the shares and the users file.
     let strip = |c: &SmbConfig| {
@@ -273,7 +276,7 @@ mod tests {
             Users::new(),
         ));
         type Change = fn(&mut SmbConfig);
-        let cases: [(&str, Change); 5] = [
+        let cases: [(&str, Change); 6] = [
             ("smb.listen", |c| {
                 c.listen = vec!["127.0.0.1:1445".parse().unwrap()]
             }),
@@ -283,6 +286,7 @@ mod tests {
             ("smb.server-name", |c| c.server_name = "OTHER".into()),
             ("smb.link-speed", |c| c.link_speed = Some(1)),
             ("smb.rss", |c| c.rss = !c.rss),
+            ("smb.min-dialect", |c| c.min_dialect = 0x0311),
         ];
         for (key, change) in cases {
             let mut new = old.clone();

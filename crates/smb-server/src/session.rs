@@ -6,12 +6,14 @@ use std::sync::Arc;
 use smb_proto::auth::ntlm_server::ChallengeParams;
 use smb_proto::crypto::{Cipher, SessionKeys, SigningAlgorithm, SigningKey};
 use smb_proto::msg::negotiate::{
-    CAP_LARGE_MTU, CAP_LEASING, CAP_MULTI_CHANNEL, DIALECT_311, SECURITY_SIGNING_REQUIRED,
+    CAP_ENCRYPTION, CAP_LARGE_MTU, CAP_LEASING, CAP_MULTI_CHANNEL, DIALECT_311,
+    SECURITY_SIGNING_REQUIRED,
 };
 use smb_proto::msg::session::SESSION_FLAG_BINDING;
 use smb_proto::msg::{
     LogoffResponse, Message as _, NegotiateRequest, SessionSetupRequest, SessionSetupResponse,
 };
+use smb_proto::server::binding;
 use smb_proto::server::{negotiate, AuthStep, NegotiateConfig, SessionAuth};
 use smb_proto::NtStatus;
 
@@ -25,7 +27,8 @@ pub const MAX_IO: u32 = 8 * 1024 * 1024;
 pub fn negotiate_config(server: &Server) -> NegotiateConfig {
     NegotiateConfig {
         server_guid: server.server_guid,
-        capabilities: CAP_LARGE_MTU | CAP_MULTI_CHANNEL | CAP_LEASING,
+        // Each dialect gets what it has of these (ENCRYPTION for 3.0 and 3.0.2 only).
+        capabilities: CAP_LARGE_MTU | CAP_MULTI_CHANNEL | CAP_LEASING | CAP_ENCRYPTION,
         max_transact_size: MAX_IO,
         max_read_size: MAX_IO,
         max_write_size: MAX_IO,
@@ -43,6 +46,8 @@ pub fn negotiate_config(server: &Server) -> NegotiateConfig {
             SigningAlgorithm::AesCmac,
             SigningAlgorithm::HmacSha256,
         ],
+        min_dialect: server.config.min_dialect,
+        max_dialect: DIALECT_311,
     }
 }
 
@@ -167,7 +172,11 @@ impl Conn {
                     }
                     Counters::bump(&self.server.counters.binds);
                     Counters::bump(&bound.binds);
-                    let key = SessionKeys::channel_signing_key(&session_key, &pending.preauth);
+                    let key = SessionKeys::channel_signing_key_for(
+                        neg.dialect,
+                        &session_key,
+                        &pending.preauth,
+                    );
                     self.channels.insert(
                         sid,
                         Channel {
@@ -193,7 +202,12 @@ impl Conn {
                             }
                         }
                     }
-                    let keys = SessionKeys::derive_311(&session_key, &pending.preauth, neg.cipher);
+                    let keys = SessionKeys::derive(
+                        neg.dialect,
+                        &session_key,
+                        &pending.preauth,
+                        neg.cipher,
+                    );
                     let signing_required = self.server.config.signing_required
                         || u16::from(req.security_mode) & SECURITY_SIGNING_REQUIRED != 0;
                     let s = Arc::new(Session {
@@ -226,7 +240,11 @@ impl Conn {
                             session: s,
                         },
                     );
-                    tracing::info!(peer = %self.peer, user = %session.user, "SMB session {sid:#x} established");
+                    tracing::info!(peer = %self.peer, user = %session.user,
+                        dialect = crate::stats::dialect_name(neg.dialect),
+                        signing = crate::stats::signing_name(neg.signing),
+                        cipher = crate::stats::cipher_name(neg.cipher),
+                        "SMB session {sid:#x} established");
                 }
                 SessionSetupResponse {
                     session_flags: 0,
@@ -274,9 +292,6 @@ impl Conn {
                 NtStatus::ACCESS_DENIED
             });
         }
-        if neg.dialect != DIALECT_311 {
-            return Err(NtStatus::REQUEST_NOT_ACCEPTED);
-        }
         let session = self
             .server
             .session(sid)
@@ -284,28 +299,21 @@ impl Conn {
         if session.closed.load(Ordering::Relaxed) {
             return Err(NtStatus::USER_SESSION_DELETED);
         }
-        if session.dialect != neg.dialect {
-            return Err(NtStatus::INVALID_PARAMETER);
-        }
-        if !inc.header.flags.is_signed() {
-            return Err(NtStatus::INVALID_PARAMETER);
-        }
-        // Signing algorithm and cipher first, with Windows' statuses (as smbtorture's
-        // bind_negative tests check them). A session signed with
-        // AES-GMAC takes channels of AES-GMAC only, and an AES-GMAC channel joins only such a
-        // session; AES-CMAC and HMAC-SHA256 mix (the binding request is then checked with the
-        // session's algorithm, the channel signs with its own).
-        if session.signing != neg.signing {
-            if session.signing == SigningAlgorithm::AesGmac {
-                return Err(NtStatus::REQUEST_OUT_OF_SEQUENCE);
-            }
-            if neg.signing == SigningAlgorithm::AesGmac {
-                return Err(NtStatus::NOT_SUPPORTED);
-            }
-        }
-        if session.cipher != neg.cipher {
-            return Err(NtStatus::INVALID_PARAMETER);
-        }
+        // Signing algorithm, dialect and cipher against the session's
+        // (`smb_proto::server::binding`, in Windows' order and with its statuses).
+        binding::check(
+            &binding::BoundSession {
+                dialect: session.dialect,
+                signing: session.signing,
+                cipher: session.cipher,
+            },
+            &binding::BindingChannel {
+                dialect: neg.dialect,
+                signing: neg.signing,
+                cipher: neg.cipher,
+                signed: inc.header.flags.is_signed(),
+            },
+        )?;
         // MS-SMB2 3.3.5.5.2 lets a server refuse a channel whose ClientGuid differs from the
         // session's (a MAY); Windows binds it, and so does this server: the binding is still
         // signed with the session's key and authenticated as the session's user.

@@ -184,16 +184,9 @@ pub struct StatusView {
     pub counters: CountersView,
 }
 
+/// "3.1.1", "3.0.2", "3.0", "2.1", "2.0.2"; "-" before NEGOTIATE.
 pub fn dialect_name(d: u16) -> &'static str {
-    match d {
-        0x0311 => "3.1.1",
-        0x0302 => "3.0.2",
-        0x0300 => "3.0",
-        0x0210 => "2.1",
-        0x0202 => "2.0.2",
-        0 => "-",
-        _ => "other",
-    }
+    smb_proto::server::dialect::name_of(d)
 }
 
 pub fn signing_name(s: SigningAlgorithm) -> &'static str {

@@ -146,6 +146,8 @@ mod tests {
             max_write_size: 1 << 23,
             server_start_time: 0,
             signing_required: false,
+            min_dialect: 0x0202,
+            max_dialect: 0x0311,
             ciphers: vec![Cipher::Aes128Ccm, Cipher::Aes128Gcm],
             signing,
         }

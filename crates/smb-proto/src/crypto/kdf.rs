@@ -1,5 +1,6 @@
-//! SP800-108 counter-mode KDF with HMAC-SHA256 and the SMB 3.1.1 key schedule
-//! (MS-SMB2 3.1.4.2, 3.3.5.5.3).
+//! SP800-108 counter-mode KDF with HMAC-SHA256 and the key schedules of each dialect
+//! (MS-SMB2 3.1.4.2, 3.3.5.5.3): 3.1.1 from the preauth hash, 3.0 and 3.0.2 from fixed labels
+//! and contexts, 2.x signing with the session key itself.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -11,6 +12,17 @@ pub const LABEL_SIGNING: &[u8] = b"SMBSigningKey\0";
 pub const LABEL_C2S_CIPHER: &[u8] = b"SMBC2SCipherKey\0";
 pub const LABEL_S2C_CIPHER: &[u8] = b"SMBS2CCipherKey\0";
 pub const LABEL_APPLICATION: &[u8] = b"SMBAppKey\0";
+
+/// SMB 3.0 and 3.0.2: label and context of each key.
+pub const LABEL_30_SIGNING: &[u8] = b"SMB2AESCMAC\0";
+pub const CONTEXT_30_SIGNING: &[u8] = b"SmbSign\0";
+pub const LABEL_30_APPLICATION: &[u8] = b"SMB2APP\0";
+pub const CONTEXT_30_APPLICATION: &[u8] = b"SmbRpc\0";
+pub const LABEL_30_CIPHER: &[u8] = b"SMB2AESCCM\0";
+/// The server encrypts with the key of this context (Session.EncryptionKey).
+pub const CONTEXT_30_SERVER_OUT: &[u8] = b"ServerOut\0";
+/// The server decrypts with the key of this context (Session.DecryptionKey).
+pub const CONTEXT_30_SERVER_IN: &[u8] = b"ServerIn \0";
 
 /// KDF in counter mode (SP800-108 5.1) with HMAC-SHA256 as PRF, r = 32, the counter before
 /// the fixed input: `K(i) = HMAC(Ko, [i]_32 || fixed)`, concatenated to `out.len()` bytes.
@@ -113,6 +125,74 @@ impl SessionKeys {
         }
     }
 
+    /// The keys of a session of `dialect`: 3.1.1 as `derive_311`, 3.0 and 3.0.2 as
+    /// `derive_30`, 2.0.2 and 2.1 as `derive_2x`.
+    pub fn derive(
+        dialect: u16,
+        session_key: &[u8],
+        preauth: &PreauthHash,
+        cipher: Option<Cipher>,
+    ) -> Self {
+        match dialect {
+            0x0311 => Self::derive_311(session_key, preauth, cipher),
+            0x0300 | 0x0302 => Self::derive_30(session_key),
+            _ => Self::derive_2x(session_key),
+        }
+    }
+
+    /// SMB 3.0 and 3.0.2: every key from `Session.SessionKey` (the first 16 bytes, zero-padded)
+    /// with a fixed label and context; AES-128-CCM keys.
+    pub fn derive_30(session_key: &[u8]) -> Self {
+        let short = session_key_16(session_key);
+        let key = |label: &[u8], context: &[u8]| {
+            let mut k = [0u8; 16];
+            kdf_counter_hmac_sha256(&short, label, context, &mut k);
+            k
+        };
+        let cipher = |context: &[u8]| {
+            let mut bytes = [0u8; 32];
+            bytes[..16].copy_from_slice(&key(LABEL_30_CIPHER, context));
+            CipherKey { bytes, len: 16 }
+        };
+        SessionKeys {
+            signing: key(LABEL_30_SIGNING, CONTEXT_30_SIGNING),
+            c2s_cipher: cipher(CONTEXT_30_SERVER_IN),
+            s2c_cipher: cipher(CONTEXT_30_SERVER_OUT),
+            application: key(LABEL_30_APPLICATION, CONTEXT_30_APPLICATION),
+        }
+    }
+
+    /// SMB 2.0.2 and 2.1: HMAC-SHA256 signing keyed with `Session.SessionKey` itself, which is
+    /// also the application key; no encryption (the cipher keys are zero and never used: such
+    /// a session has no cipher).
+    pub fn derive_2x(session_key: &[u8]) -> Self {
+        let short = session_key_16(session_key);
+        let none = CipherKey {
+            bytes: [0; 32],
+            len: 16,
+        };
+        SessionKeys {
+            signing: short,
+            c2s_cipher: none.clone(),
+            s2c_cipher: none,
+            application: short,
+        }
+    }
+
+    /// The signing key of a channel bound to a session of `dialect` (MS-SMB2 3.3.5.5.3): the
+    /// session's derivation from the binding's own session key (and, for 3.1.1, its own
+    /// preauth hash).
+    pub fn channel_signing_key_for(
+        dialect: u16,
+        session_key: &[u8],
+        binding_preauth: &PreauthHash,
+    ) -> [u8; 16] {
+        match dialect {
+            0x0311 => Self::channel_signing_key(session_key, binding_preauth),
+            _ => Self::derive(dialect, session_key, binding_preauth, None).signing,
+        }
+    }
+
     /// A channel signing key for session binding (MS-SMB2 3.3.5.5.3): the same derivation with
     /// the binding's own preauth hash.
     pub fn channel_signing_key(session_key: &[u8], binding_preauth: &PreauthHash) -> [u8; 16] {
@@ -124,6 +204,15 @@ impl SessionKeys {
         kdf_counter_hmac_sha256(&short, LABEL_SIGNING, &binding_preauth.0, &mut k);
         k
     }
+}
+
+/// `Session.SessionKey`: the first 16 bytes of the authentication's key, zero-padded.
+fn session_key_16(session_key: &[u8]) -> [u8; 16] {
+    let mut short = [0u8; 16];
+    for (d, s) in short.iter_mut().zip(session_key) {
+        *d = *s;
+    }
+    short
 }
 
 #[cfg(test)]
@@ -169,5 +258,50 @@ mod tests {
             kdf_counter_fixed(&hex(ki), &hex(fixed), &mut out);
             assert_eq!(out, want);
         }
+    }
+
+    /// The 3.0 keys against an independent computation of the same KDF (Python's `hmac` and
+    /// `hashlib`, L = 128, the labels and contexts of MS-SMB2 3.3.5.5.3) for the session key
+    /// 10 11 .. 1f; a key longer than 16 bytes counts by its first 16. The 2.x keys are the
+    /// session key itself. (Interoperability with Samba's client over 3.0, signed and
+    /// encrypted, is in lanes-smb-server's smbclient tests.)
+    #[test]
+    fn smb30_and_smb2x_keys() {
+        let sk: Vec<u8> = (0x10..0x20).collect();
+        let k = SessionKeys::derive_30(&sk);
+        assert_eq!(k.signing.to_vec(), hex("24f1f0fdb269db9836d70efbbb97413f"));
+        assert_eq!(
+            k.application.to_vec(),
+            hex("fcdcc2c713f38db23189c653589890c7")
+        );
+        assert_eq!(
+            k.s2c_cipher.as_bytes(),
+            hex("fa192f82747e0174f720cdaea0e2f537")
+        );
+        assert_eq!(
+            k.c2s_cipher.as_bytes(),
+            hex("fe85e20ea4633a2437828b14d1833584")
+        );
+        let mut long = sk.clone();
+        long.extend_from_slice(&[0xAA; 16]);
+        assert_eq!(SessionKeys::derive_30(&long), k);
+        let pre = PreauthHash::default();
+        assert_eq!(SessionKeys::derive(0x0300, &sk, &pre, None), k);
+        assert_eq!(SessionKeys::derive(0x0302, &sk, &pre, None), k);
+        assert_eq!(
+            SessionKeys::channel_signing_key_for(0x0302, &sk, &pre),
+            k.signing
+        );
+        for d in [0x0202, 0x0210] {
+            let k2 = SessionKeys::derive(d, &long, &pre, None);
+            assert_eq!(k2.signing.to_vec(), sk);
+            assert_eq!(k2.application.to_vec(), sk);
+        }
+        // 3.1.1 still goes through the preauth hash.
+        assert_eq!(
+            SessionKeys::derive(0x0311, &sk, &pre, None),
+            SessionKeys::derive_311(&sk, &pre, None)
+        );
+        assert_ne!(SessionKeys::derive_311(&sk, &pre, None).signing, k.signing);
     }
 }

@@ -6,6 +6,10 @@ use crate::wire::{
     buffer, from_utf16le, pad_to, patch_u16, patch_u32, put_u16, put_u32, put_u64, utf16le, Reader,
 };
 
+pub const DIALECT_202: u16 = 0x0202;
+pub const DIALECT_210: u16 = 0x0210;
+pub const DIALECT_300: u16 = 0x0300;
+pub const DIALECT_302: u16 = 0x0302;
 pub const DIALECT_311: u16 = 0x0311;
 pub const DIALECT_WILDCARD: u16 = 0x02FF;
 

@@ -2,7 +2,12 @@
 //! SESSION_SETUP authentication exchange. Both are plain state and functions, no I/O.
 
 pub mod auth;
+pub mod binding;
+pub mod dialect;
 pub mod negotiate;
 
 pub use auth::{AuthStep, SessionAuth};
-pub use negotiate::{negotiate, wildcard_response, NegotiateConfig, Negotiated};
+pub use dialect::Smb1Answer;
+pub use negotiate::{
+    negotiate, negotiate_smb1_202, wildcard_response, NegotiateConfig, Negotiated,
+};
