@@ -528,4 +528,4 @@ pub fn reconnect(
 
 #[cfg(test)]
 #[path = "durable_tests.rs"]
-mod tests;
+pub(crate) mod tests;

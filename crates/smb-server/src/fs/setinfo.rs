@@ -100,6 +100,11 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             // FileAllocationInformation: preallocation is not kept; shrinking truncates.
             let size = u64_at(b, 0).ok_or(short)?;
             let m = open.file.metadata().map_err(|e| io_status(&e))?;
+            if !open.is_dir {
+                // An allocation change breaks read caching as a size change does
+                // (smb2.oplock.batch12).
+                crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
+            }
             if !open.is_dir && size < m.len() {
                 open.file.set_len(size).map_err(|e| io_status(&e))?;
             }
@@ -273,5 +278,36 @@ mod tests {
             .entries
             .push(entry(0x001F_01FF));
         assert!(parent_open_for_delete(&s, &target));
+    }
+
+    #[test]
+    fn an_allocation_set_breaks_level_ii_oplocks() {
+        use crate::fs::durable::tests::{blank, ctx, env, request, session, tree, utf16};
+        use crate::fs::lease::{OPLOCK_LEVEL_II, OPLOCK_NONE};
+        let e = env();
+        let s = session(&e.server, 1, "u");
+        let t = tree(&e.share);
+        let c = ctx(&e, &s, &t);
+        let name = utf16("f.dat");
+        let mut first = request(&name, OPLOCK_LEVEL_II, Vec::new());
+        first.share_access = 7;
+        let r = crate::fs::open::create(&c, &first, &mut blank()).expect("create");
+        let holder = r.file_id.and_then(|f| s.open(f, t.id)).expect("open");
+        let held = |st: &crate::state::FileState| st.holders.iter().any(|h| h.state != 0);
+        assert!(e.server.files.lock().get(&holder.key).is_some_and(held));
+        let mut second = request(&name, OPLOCK_NONE, Vec::new());
+        second.share_access = 7;
+        let r = crate::fs::open::create(&c, &second, &mut blank()).expect("second open");
+        let other = r.file_id.and_then(|f| s.open(f, t.id)).expect("open");
+        let size = 65536u64 * 8;
+        let set = SetInfoRequest {
+            info_type: INFO_FILE,
+            file_info_class: 19,
+            additional_information: 0,
+            file_id: other.file_id(),
+            buffer: &size.to_le_bytes(),
+        };
+        set_info(&c, &other, &set, &mut blank()).expect("set allocation");
+        assert!(!e.server.files.lock().get(&holder.key).is_some_and(held));
     }
 }
