@@ -278,7 +278,10 @@ async fn wait_for_lock(
                 server.locks.release_open(open.key, open.volatile);
                 break Some(crate::fs::status::RANGE_NOT_LOCKED);
             }
-            Ok(()) => break Some(NtStatus::SUCCESS),
+            Ok(()) => {
+                crate::fs::oplock::break_on_lock(server, open.key, open.volatile);
+                break Some(NtStatus::SUCCESS);
+            }
             Err(crate::fs::status::LOCK_NOT_GRANTED) => {}
             Err(s) => break Some(s),
         }
@@ -320,4 +323,82 @@ pub fn encrypt_frame(session: &Session, mut body: Vec<u8>) -> Result<Vec<u8>, &'
     out.extend_from_slice(&body);
     set_prefix(&mut out);
     Ok(out)
+}
+
+impl Conn {
+    /// A rename or delete (SET_INFO) whose file has handle-caching breaks outstanding goes
+    /// async (MS-SMB2 3.3.4.2): the interim STATUS_PENDING is answered and the connection keeps
+    /// serving (the acknowledgments among the rest); a task waits for the breaks (35 s at most
+    /// each), runs the SET_INFO and sends its final response. CANCEL answers CANCELLED and
+    /// closing the handle FILE_CLOSED; then the SET_INFO is not run.
+    pub fn setinfo_async(
+        &mut self,
+        inc: &Incoming<'_>,
+        session: &Arc<Session>,
+        tree: &Arc<Tree>,
+        open: Arc<Open>,
+    ) -> Outcome {
+        let async_id = self.new_async_id();
+        let done = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
+        self.async_ops.push(AsyncOp {
+            async_id,
+            header: inc.header.clone(),
+            session_id: inc.session_id,
+            file_id: Some(open.file_id()),
+            done: done.clone(),
+            encrypted: inc.encrypted,
+            on_close: NtStatus::FILE_CLOSED,
+            wake: Some(wake.clone()),
+        });
+        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
+        let header = inc.header.clone();
+        let bytes = inc.bytes.to_vec();
+        let session_id = inc.session_id;
+        let (server, session, tree, tx) = (
+            self.server.clone(),
+            session.clone(),
+            tree.clone(),
+            self.tx.clone(),
+        );
+        tokio::spawn(async move {
+            let (key, actor) = (open.key, open.volatile);
+            tokio::select! {
+                _ = crate::fs::oplock::wait_until_acknowledged(&server, key, Some(&done), || {
+                    crate::fs::oplock::start_handle_breaks(&server, key, actor)
+                }) => {}
+                _ = wake.notified() => {}
+            }
+            if done.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let Ok(Request::SetInfo(req)) = Request::decode(&header, &bytes) else {
+                return;
+            };
+            let ctx = Ctx {
+                server: &server,
+                session: &session,
+                tree: &tree,
+                tx: &tx,
+                channel_sequence: header.channel_sequence(),
+            };
+            let mut out = vec![0u8; 4 + HEADER_LEN];
+            let status = if open.closed.load(Ordering::Acquire) {
+                ErrorResponse::default().encode(&mut out);
+                NtStatus::FILE_CLOSED
+            } else {
+                match crate::fs::setinfo::set_info(&ctx, &open, &req, &mut out) {
+                    Ok(r) => r.status,
+                    Err(s) => {
+                        out.truncate(4 + HEADER_LEN);
+                        ErrorResponse::default().encode(&mut out);
+                        s
+                    }
+                }
+            };
+            let _ = tx.send(seal.finish(&header, async_id, session_id, status, out));
+        });
+        Outcome::Pending(async_id)
+    }
 }

@@ -172,6 +172,21 @@ impl Conn {
             Ok(f) => f,
             Err(s) => return Outcome::Error(s),
         };
+        if let Request::SetInfo(r) = &req {
+            use crate::fs::oplock::{renames_or_deletes, start_handle_breaks, Step};
+            // A rename or delete waits for the handle-caching breaks it starts (MS-FSA
+            // 2.1.5.14): async, so the acknowledgments can come on this connection too.
+            if inc.last
+                && !tree.read_only
+                && renames_or_deletes(r)
+                && matches!(
+                    start_handle_breaks(&self.server, open.key, open.volatile),
+                    Step::Wait { .. }
+                )
+            {
+                return self.setinfo_async(&inc, &session, &tree, open);
+            }
+        }
         let reply = match req {
             Request::Close(r) => crate::fs::open::close(&ctx, &open, &r, out),
             Request::Read(r) => crate::fs::io::read(&ctx, &open, &r, out).await,

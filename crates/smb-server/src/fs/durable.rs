@@ -373,12 +373,12 @@ pub fn purge_conflicting(server: &Server, key: FileKey, req: &Requester) {
                 let shares = st.entries.iter().any(|e| {
                     e.open == o.volatile && super::open::conflicts(req.access, req.share_access, e)
                 });
-                let caches = req.access & super::open::DATA_ACCESS != 0
-                    && st.holders.iter().any(|h| {
-                        h.opens.contains(&o.volatile)
-                            && !h.owned_by(req)
-                            && h.state & (lease::H | lease::W) != 0
-                    });
+                let caches = st.holders.iter().any(|h| {
+                    !h.stat_open(req.access)
+                        && h.opens.contains(&o.volatile)
+                        && !h.owned_by(req)
+                        && h.state & (lease::H | lease::W) != 0
+                });
                 shares || caches
             })
             .collect()
@@ -528,4 +528,4 @@ pub fn reconnect(
 
 #[cfg(test)]
 #[path = "durable_tests.rs"]
-mod tests;
+pub(crate) mod tests;

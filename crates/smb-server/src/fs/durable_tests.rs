@@ -19,14 +19,14 @@ use crate::state::{Session, SessionState, Share, Tree};
 const GUID: [u8; 16] = [3; 16];
 const CLIENT: [u8; 16] = [8; 16];
 
-struct Env {
-    server: Arc<Server>,
-    share: Arc<Share>,
+pub(crate) struct Env {
+    pub(crate) server: Arc<Server>,
+    pub(crate) share: Arc<Share>,
     tx: UnboundedSender<Vec<u8>>,
     _dir: tempfile::TempDir,
 }
 
-fn env() -> Env {
+pub(crate) fn env() -> Env {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().canonicalize().expect("canonical root");
     let share = Arc::new(Share::new("share".into(), root, false, Vec::new()));
@@ -45,7 +45,7 @@ fn env() -> Env {
     }
 }
 
-fn session(server: &Server, id: u64, user: &str) -> Arc<Session> {
+pub(crate) fn session(server: &Server, id: u64, user: &str) -> Arc<Session> {
     let s = Arc::new(Session {
         id,
         user: user.into(),
@@ -68,7 +68,7 @@ fn session(server: &Server, id: u64, user: &str) -> Arc<Session> {
     s
 }
 
-fn tree(share: &Arc<Share>) -> Arc<Tree> {
+pub(crate) fn tree(share: &Arc<Share>) -> Arc<Tree> {
     Arc::new(Tree {
         id: 5,
         share: Some(share.clone()),
@@ -76,7 +76,7 @@ fn tree(share: &Arc<Share>) -> Arc<Tree> {
     })
 }
 
-fn utf16(s: &str) -> Vec<u8> {
+pub(crate) fn utf16(s: &str) -> Vec<u8> {
     s.encode_utf16().flat_map(u16::to_le_bytes).collect()
 }
 
@@ -102,7 +102,11 @@ fn dh2c(fid: FileId, guid: [u8; 16]) -> Vec<u8> {
     d
 }
 
-fn request<'a>(name: &'a [u8], oplock: u8, contexts: Vec<CreateContext<'a>>) -> CreateRequest<'a> {
+pub(crate) fn request<'a>(
+    name: &'a [u8],
+    oplock: u8,
+    contexts: Vec<CreateContext<'a>>,
+) -> CreateRequest<'a> {
     CreateRequest {
         security_flags: 0,
         requested_oplock_level: oplock,
@@ -118,7 +122,7 @@ fn request<'a>(name: &'a [u8], oplock: u8, contexts: Vec<CreateContext<'a>>) -> 
     }
 }
 
-fn ctx<'a>(e: &'a Env, s: &'a Arc<Session>, t: &'a Arc<Tree>) -> Ctx<'a> {
+pub(crate) fn ctx<'a>(e: &'a Env, s: &'a Arc<Session>, t: &'a Arc<Tree>) -> Ctx<'a> {
     Ctx {
         server: &e.server,
         session: s,
@@ -133,7 +137,7 @@ fn response(out: &[u8]) -> CreateResponse<'_> {
     CreateResponse::decode(&out[4..]).expect("CREATE response")
 }
 
-fn blank() -> Vec<u8> {
+pub(crate) fn blank() -> Vec<u8> {
     vec![0u8; 4 + smb_proto::HEADER_LEN]
 }
 

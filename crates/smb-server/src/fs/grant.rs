@@ -56,7 +56,7 @@ pub fn grant(
                 .position(|h| h.is_lease(&g.client_guid, &lkey));
             let shared = st.entries.iter().any(|e| {
                 e.open != open_id
-                    && e.access & super::open::DATA_ACCESS != 0
+                    && !super::open::lease_stat_open(e.access)
                     && !same
                         .and_then(|i| st.holders.get(i))
                         .is_some_and(|h| h.opens.contains(&e.open))
@@ -153,7 +153,7 @@ pub fn grant(
             let shared = st
                 .entries
                 .iter()
-                .any(|e| e.open != open_id && e.access & super::open::DATA_ACCESS != 0);
+                .any(|e| e.open != open_id && !super::open::oplock_stat_open(e.access));
             // Beside a lease with write or handle caching an oplock gets nothing.
             let state = if st
                 .holders

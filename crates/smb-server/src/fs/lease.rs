@@ -59,6 +59,9 @@ pub struct Contender {
     pub sharing_violation: bool,
     /// SUPERSEDE, OVERWRITE or OVERWRITE_IF: the data changes, read caching goes too.
     pub overwrite: bool,
+    /// FILE_DELETE_ON_CLOSE: the file is to go, handle caching goes (as for a delete set
+    /// through SET_INFO), so the holder closes the handles it keeps (smb2.lease.unlink).
+    pub delete: bool,
 }
 
 /// The state a holder is broken to before a contending open proceeds (MS-FSA 2.1.5.1.2): W
@@ -75,6 +78,9 @@ pub fn break_to(held: u32, c: Contender) -> u32 {
     } else {
         held & !W
     };
+    if c.delete {
+        s &= !H;
+    }
     if c.overwrite {
         s = 0;
     }
@@ -163,6 +169,7 @@ mod tests {
         stat_open: false,
         sharing_violation: false,
         overwrite: false,
+        delete: false,
     };
 
     #[test]
@@ -261,6 +268,14 @@ mod tests {
         assert_eq!(break_to(st("RH"), overwrite), 0);
         assert_eq!(break_to(st("R"), overwrite), 0);
         assert_eq!(break_to(st("RHW"), stat), st("RHW"));
+        let delete = Contender {
+            delete: true,
+            ..PLAIN
+        };
+        assert_eq!(break_to(st("RH"), delete), st("R"));
+        assert_eq!(break_to(st("RHW"), delete), st("R"));
+        assert_eq!(break_to(st("R"), delete), st("R"));
+        assert_eq!(oplock_break_to(st("RHW"), delete), R);
         assert!(lease_break_needs_ack(st("RH")));
         assert!(!lease_break_needs_ack(st("R")));
     }

@@ -272,6 +272,9 @@ pub fn lock(
             .locks
             .apply(open.key, open.volatile, &req.locks)?;
         sequences.done(req.lock_sequence);
+        if req.locks.iter().any(|l| l.flags & LOCKFLAG_UNLOCK == 0) {
+            crate::fs::oplock::break_on_lock(ctx.server, open.key, open.volatile);
+        }
     }
     LockResponse.encode(out);
     Ok(Reply::ok())

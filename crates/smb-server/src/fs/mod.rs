@@ -1,5 +1,6 @@
 //! The file server over a share directory.
 
+pub mod breaks;
 pub mod dir;
 pub mod durable;
 pub mod grant;

@@ -140,9 +140,22 @@ fn map_access(desired: u32, maximal: u32) -> u32 {
     a
 }
 
-/// Rights that touch data: opens without any of them are attribute-only ("stat") opens.
-pub const DATA_ACCESS: u32 =
-    FILE_READ_DATA | FILE_EXECUTE | FILE_WRITE_DATA | FILE_APPEND_DATA | DELETE;
+const FILE_READ_ATTRIBUTES: u32 = 0x0080;
+const FILE_WRITE_ATTRIBUTES: u32 = 0x0100;
+const READ_CONTROL: u32 = 0x0002_0000;
+const SYNCHRONIZE: u32 = 0x0010_0000;
+
+/// A "stat open" as oplocks see it: attributes and SYNCHRONIZE only. It breaks no oplock
+/// and does not count as another open when one is granted (Windows; smbtorture
+/// smb2.oplock.statopen1: READ_CONTROL, the EA rights, WRITE_DAC and WRITE_OWNER do break).
+pub fn oplock_stat_open(access: u32) -> bool {
+    access & !(FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES | SYNCHRONIZE) == 0
+}
+
+/// A "stat open" as leases see it: as for oplocks, and READ_CONTROL too (smb2.lease.statopen4).
+pub fn lease_stat_open(access: u32) -> bool {
+    access & !(FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES | SYNCHRONIZE | READ_CONTROL) == 0
+}
 
 pub fn conflicts(new_access: u32, new_share: u32, old: &ShareEntry) -> bool {
     let data = |a: u32| {
@@ -179,6 +192,7 @@ pub fn requester(ctx: &Ctx<'_>, req: &CreateRequest<'_>) -> Option<(FileKey, Req
             access: map_access(req.desired_access, maximal),
             share_access: req.share_access,
             overwrite: matches!(req.create_disposition, SUPERSEDE | OVERWRITE | OVERWRITE_IF),
+            delete_on_close: req.create_options & OPT_DELETE_ON_CLOSE != 0,
         },
     ))
 }

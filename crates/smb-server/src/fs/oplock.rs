@@ -65,6 +65,8 @@ pub struct Requester {
     pub access: u32,
     pub share_access: u32,
     pub overwrite: bool,
+    /// It asks for FILE_DELETE_ON_CLOSE.
+    pub delete_on_close: bool,
 }
 
 /// What a contending CREATE does next.
@@ -79,7 +81,7 @@ pub enum Step {
 }
 
 /// A notification to deliver once the file table's lock is released.
-struct Send {
+pub(super) struct Send {
     session_id: u64,
     tx: UnboundedSender<Vec<u8>>,
     frame: Vec<u8>,
@@ -91,13 +93,22 @@ impl Holder {
             if r.lease_key == Some(key) && r.client_guid == client_guid)
     }
 
+    /// Whether an open with `access` is a stat open for this holder: one that breaks
+    /// nothing.
+    pub(crate) fn stat_open(&self, access: u32) -> bool {
+        match self.owner {
+            Owner::Lease { .. } => super::open::lease_stat_open(access),
+            Owner::Oplock { .. } => super::open::oplock_stat_open(access),
+        }
+    }
+
     pub(crate) fn is_lease(&self, guid: &[u8; 16], lease_key: &[u8; 16]) -> bool {
         matches!(&self.owner, Owner::Lease { client_guid, key, .. }
             if client_guid == guid && key == lease_key)
     }
 
     /// Starts a break to `target`: with an acknowledgment to wait for, or at once.
-    fn begin_break(&mut self, target: u32, ack: bool, now: Instant) -> Send {
+    pub(super) fn begin_break(&mut self, target: u32, ack: bool, now: Instant) -> Send {
         let body = match self.owner {
             Owner::Lease { key, v2, .. } => {
                 if v2 {
@@ -161,7 +172,7 @@ fn notification(body: &OplockBreak) -> Vec<u8> {
 
 /// Sends a notification on the holder's connection, or on another channel of its session when
 /// that connection is gone (MS-SMB2 3.3.4.6: any channel of the session will do).
-fn deliver(server: &Server, s: Send) -> bool {
+pub(super) fn deliver(server: &Server, s: Send) -> bool {
     if s.tx.send(s.frame.clone()).is_ok() {
         return true;
     }
@@ -187,6 +198,10 @@ pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
         let Some(st) = files.get_mut(&key) else {
             return Step::Proceed;
         };
+        // The CREATE will fail with DELETE_PENDING: it breaks nothing (smb2.oplock.doc).
+        if st.delete_pending {
+            return Step::Proceed;
+        }
         let FileState {
             entries, holders, ..
         } = st;
@@ -200,9 +215,10 @@ pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
                 continue;
             }
             let c = Contender {
-                stat_open: req.access & super::open::DATA_ACCESS == 0,
+                stat_open: h.stat_open(req.access),
                 sharing_violation: violates(entries, &h.opens, req),
                 overwrite: req.overwrite,
+                delete: req.delete_on_close,
             };
             let (target, ack) = match h.owner {
                 Owner::Lease { .. } => (
@@ -240,46 +256,9 @@ pub fn start_breaks(server: &Server, key: FileKey, req: &Requester) -> Step {
     step
 }
 
-/// An open wrote to the file or changed its size: other lease keys and oplocks lose read
-/// caching (MS-FSA 2.1.5.4). The breaks are sent and not waited for.
-pub fn break_readers(server: &Server, key: FileKey, writer: u64) {
-    break_others(server, key, writer, lease::R, lease::break_on_write);
-}
-
-/// An open renames the file or marks it for deletion: other lease keys lose handle caching
-/// (MS-FSA 2.1.5.14.11, 2.1.5.14.3), so their clients close the handles they keep cached.
-/// The breaks are sent and not waited for: the rename or delete goes on at once.
-pub fn break_handles(server: &Server, key: FileKey, actor: u64) {
-    break_others(server, key, actor, lease::H, |s| s & !lease::H);
-}
-
-/// Breaks the holders other than `actor`'s that hold any of `bits` to `to(state)`.
-fn break_others(server: &Server, key: FileKey, actor: u64, bits: u32, to: fn(u32) -> u32) {
-    let now = Instant::now();
-    let mut sends = Vec::new();
-    {
-        let mut files = server.files.lock();
-        let Some(st) = files.get_mut(&key) else {
-            return;
-        };
-        for h in st.holders.iter_mut() {
-            if h.opens.contains(&actor) || h.breaking.is_some() || h.state & bits == 0 {
-                continue;
-            }
-            let target = to(h.state);
-            let ack = match h.owner {
-                Owner::Lease { .. } => lease::lease_break_needs_ack(h.state),
-                Owner::Oplock { .. } => lease::oplock_break_needs_ack(h.state),
-            };
-            sends.push(h.begin_break(target, ack, now));
-        }
-        st.holders
-            .retain(|h| !(matches!(h.owner, Owner::Oplock { .. }) && h.state == 0));
-    }
-    for s in sends {
-        deliver(server, s);
-    }
-}
+pub use super::breaks::{
+    break_handles, break_on_lock, break_readers, renames_or_deletes, start_handle_breaks,
+};
 
 fn violates(entries: &[ShareEntry], opens: &[u64], req: &Requester) -> bool {
     entries
@@ -324,15 +303,27 @@ pub async fn wait_for_breaks(
     req: &Requester,
     cancelled: Option<&std::sync::atomic::AtomicBool>,
 ) {
+    wait_until_acknowledged(server, key, cancelled, || start_breaks(server, key, req)).await;
+}
+
+/// Runs `step` (which starts breaks and says whether acknowledgments are outstanding) until
+/// it says Proceed, waiting for changes of the file's holders or the break timeout between;
+/// returns early once `cancelled` is set.
+pub async fn wait_until_acknowledged(
+    server: &Server,
+    key: FileKey,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+    step: impl Fn() -> Step,
+) {
     loop {
-        let Step::Wait { changed, .. } = start_breaks(server, key, req) else {
+        let Step::Wait { changed, .. } = step() else {
             return;
         };
         let notified = changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         // Re-checked after registering, so a change in between is not missed.
-        let Step::Wait { deadline, .. } = start_breaks(server, key, req) else {
+        let Step::Wait { deadline, .. } = step() else {
             return;
         };
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -472,4 +463,4 @@ pub fn acknowledge_lease(
 
 #[cfg(test)]
 #[path = "oplock_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -14,12 +14,12 @@ use crate::fs::grant::{grant, GrantRequest};
 use crate::fs::lease::{H, OPLOCK_BATCH, OPLOCK_LEVEL_II, R, W};
 use crate::state::{Session, SessionState};
 
-const FILE: FileKey = (1, 2);
-const GUID: [u8; 16] = [7; 16];
-const SHARE_ALL: u32 = 7;
-const READ: u32 = 0x0012_0089;
+pub(crate) const FILE: FileKey = (1, 2);
+pub(crate) const GUID: [u8; 16] = [7; 16];
+pub(crate) const SHARE_ALL: u32 = 7;
+pub(crate) const READ: u32 = 0x0012_0089;
 
-fn server() -> Server {
+pub(crate) fn server() -> Server {
     Server::new(
         crate::config::SmbConfig::new(Path::new("/nonexistent")),
         Vec::new(),
@@ -27,11 +27,11 @@ fn server() -> Server {
     )
 }
 
-fn key(n: u8) -> [u8; 16] {
+pub(crate) fn key(n: u8) -> [u8; 16] {
     [n; 16]
 }
 
-fn holder(owner: Owner, state: u32, open: u64, tx: &UnboundedSender<Vec<u8>>) -> Holder {
+pub(crate) fn holder(owner: Owner, state: u32, open: u64, tx: &UnboundedSender<Vec<u8>>) -> Holder {
     Holder {
         owner,
         opens: vec![open],
@@ -43,7 +43,7 @@ fn holder(owner: Owner, state: u32, open: u64, tx: &UnboundedSender<Vec<u8>>) ->
     }
 }
 
-fn lease_owner(n: u8, v2: bool) -> Owner {
+pub(crate) fn lease_owner(n: u8, v2: bool) -> Owner {
     Owner::Lease {
         client_guid: GUID,
         key: key(n),
@@ -53,7 +53,7 @@ fn lease_owner(n: u8, v2: bool) -> Owner {
 }
 
 /// File FILE with one open (id 1, read access, sharing `share`) holding `h`.
-fn with_holder(server: &Server, share: u32, h: Holder) {
+pub(crate) fn with_holder(server: &Server, share: u32, h: Holder) {
     let mut files = server.files.lock();
     let st = files.entry(FILE).or_default();
     st.entries.push(ShareEntry {
@@ -64,17 +64,18 @@ fn with_holder(server: &Server, share: u32, h: Holder) {
     st.holders.push(h);
 }
 
-fn requester(lease_key: Option<u8>, access: u32, share: u32) -> Requester {
+pub(crate) fn requester(lease_key: Option<u8>, access: u32, share: u32) -> Requester {
     Requester {
         client_guid: GUID,
         lease_key: lease_key.map(key),
         access,
         share_access: share,
         overwrite: false,
+        delete_on_close: false,
     }
 }
 
-fn next_break(rx: &mut UnboundedReceiver<Vec<u8>>) -> OplockBreak {
+pub(crate) fn next_break(rx: &mut UnboundedReceiver<Vec<u8>>) -> OplockBreak {
     let frame = rx.try_recv().expect("a break notification");
     let msg = frame.get(4..).expect("prefix");
     let h = Header::decode(msg).expect("header");

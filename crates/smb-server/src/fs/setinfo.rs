@@ -100,6 +100,11 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             // FileAllocationInformation: preallocation is not kept; shrinking truncates.
             let size = u64_at(b, 0).ok_or(short)?;
             let m = open.file.metadata().map_err(|e| io_status(&e))?;
+            if !open.is_dir {
+                // An allocation change breaks read caching as a size change does
+                // (smb2.oplock.batch12).
+                crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
+            }
             if !open.is_dir && size < m.len() {
                 open.file.set_len(size).map_err(|e| io_status(&e))?;
             }
@@ -115,10 +120,7 @@ fn file_class(ctx: &Ctx<'_>, open: &Arc<Open>, class: u8, b: &[u8]) -> Result<()
             crate::fs::oplock::break_readers(ctx.server, open.key, open.volatile);
             open.file.set_len(size).map_err(|e| io_status(&e))?;
         }
-        10 => {
-            crate::fs::oplock::break_handles(ctx.server, open.key, open.volatile);
-            rename(ctx, open, b)?
-        }
+        10 => rename(ctx, open, b)?,
         13 | 64 => {
             let flag = *b.first().ok_or(short)?;
             let delete = if class == 64 {
@@ -177,6 +179,9 @@ fn rename(ctx: &Ctx<'_>, open: &Arc<Open>, b: &[u8]) -> Result<(), NtStatus> {
         return Err(status::OBJECT_NAME_INVALID);
     }
     let r = super::path::resolve(&open.share.root, name)?;
+    if parent_open_for_delete(ctx.server, std::path::Path::new(&r.path)) {
+        return Err(status::SHARING_VIOLATION);
+    }
     let from = open.path.lock().clone();
     if let Some(m) = &r.meta {
         if std::path::Path::new(&r.path) != from {
@@ -214,10 +219,95 @@ fn rename(ctx: &Ctx<'_>, open: &Arc<Open>, b: &[u8]) -> Result<(), NtStatus> {
             return Err(NtStatus::ACCESS_DENIED);
         }
     }
+    crate::fs::oplock::break_handles(ctx.server, open.key, open.volatile);
     std::fs::rename(&from, &r.path).map_err(|e| io_status(&e))?;
     ctx.server.changed(&from);
     ctx.server.changed(&r.path);
     *open.path.lock() = r.path;
     *open.name.lock() = r.name;
     Ok(())
+}
+
+/// Whether the directory a rename moves a file into is open with DELETE access: Windows
+/// refuses such a rename with SHARING_VIOLATION (its rename opens the target directory for
+/// adding a file without sharing delete; smbtorture smb2.oplock.batch19, batch20, exclusive6).
+fn parent_open_for_delete(server: &crate::state::Server, target: &std::path::Path) -> bool {
+    let Some(m) = target.parent().and_then(|p| std::fs::metadata(p).ok()) else {
+        return false;
+    };
+    server
+        .files
+        .lock()
+        .get(&(m.dev(), m.ino()))
+        .is_some_and(|st| st.entries.iter().any(|e| e.access & DELETE != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Server, ShareEntry};
+
+    #[test]
+    fn a_rename_into_a_directory_open_for_delete_is_a_sharing_violation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("new.dat");
+        let s = Server::new(
+            crate::config::SmbConfig::new(dir.path()),
+            Vec::new(),
+            crate::users::Users::new(),
+        );
+        assert!(!parent_open_for_delete(&s, &target));
+        let m = std::fs::metadata(dir.path()).expect("metadata");
+        let entry = |access| ShareEntry {
+            open: 1,
+            access,
+            share_access: 7,
+        };
+        // Open for reading and writing only: the rename goes on.
+        s.files
+            .lock()
+            .entry((m.dev(), m.ino()))
+            .or_default()
+            .entries
+            .push(entry(0x0012_019F));
+        assert!(!parent_open_for_delete(&s, &target));
+        s.files
+            .lock()
+            .entry((m.dev(), m.ino()))
+            .or_default()
+            .entries
+            .push(entry(0x001F_01FF));
+        assert!(parent_open_for_delete(&s, &target));
+    }
+
+    #[test]
+    fn an_allocation_set_breaks_level_ii_oplocks() {
+        use crate::fs::durable::tests::{blank, ctx, env, request, session, tree, utf16};
+        use crate::fs::lease::{OPLOCK_LEVEL_II, OPLOCK_NONE};
+        let e = env();
+        let s = session(&e.server, 1, "u");
+        let t = tree(&e.share);
+        let c = ctx(&e, &s, &t);
+        let name = utf16("f.dat");
+        let mut first = request(&name, OPLOCK_LEVEL_II, Vec::new());
+        first.share_access = 7;
+        let r = crate::fs::open::create(&c, &first, &mut blank()).expect("create");
+        let holder = r.file_id.and_then(|f| s.open(f, t.id)).expect("open");
+        let held = |st: &crate::state::FileState| st.holders.iter().any(|h| h.state != 0);
+        assert!(e.server.files.lock().get(&holder.key).is_some_and(held));
+        let mut second = request(&name, OPLOCK_NONE, Vec::new());
+        second.share_access = 7;
+        let r = crate::fs::open::create(&c, &second, &mut blank()).expect("second open");
+        let other = r.file_id.and_then(|f| s.open(f, t.id)).expect("open");
+        let size = 65536u64 * 8;
+        let set = SetInfoRequest {
+            info_type: INFO_FILE,
+            file_info_class: 19,
+            additional_information: 0,
+            file_id: other.file_id(),
+            buffer: &size.to_le_bytes(),
+        };
+        set_info(&c, &other, &set, &mut blank()).expect("set allocation");
+        assert!(!e.server.files.lock().get(&holder.key).is_some_and(held));
+    }
 }
