@@ -382,12 +382,19 @@ fn a_bad_reload_changes_nothing() {
 
 #[test]
 fn portals_come_and_go() {
-    let server = TestServer::start_file(&config("", &lun(0, "16M")));
-    let first = server.addr();
-    let mut old = session(server.addr(), 1);
-    let with_second = config("", &lun(0, "16M")).replace(
+    // The first portal on a loopback address of its own: once it is removed, no listener of
+    // another test running meanwhile can take its port and answer there.
+    let only_first = config("", &lun(0, "16M")).replace(
         "portals = [\"127.0.0.1:0\"]",
-        "portals = [\"127.0.0.1:0\", \"127.0.0.2:0\"]",
+        "portals = [\"127.0.0.61:0\"]",
+    );
+    let server = TestServer::start_file(&only_first);
+    let first = server.addr();
+    assert_eq!(first.ip().to_string(), "127.0.0.61");
+    let mut old = session(server.addr(), 1);
+    let with_second = only_first.replace(
+        "portals = [\"127.0.0.61:0\"]",
+        "portals = [\"127.0.0.61:0\", \"127.0.0.2:0\"]",
     );
     server.rewrite(&with_second);
     let report = server.reload().expect("reload");
@@ -401,11 +408,12 @@ fn portals_come_and_go() {
     let mut new = session(second, 2);
     assert_eq!(new.tur(), (0, None));
     // Remove the first portal: its session ends, the one on the second portal stays.
-    server.rewrite(&with_second.replace("\"127.0.0.1:0\", ", ""));
+    server.rewrite(&with_second.replace("\"127.0.0.61:0\", ", ""));
     let report = server.reload().expect("reload");
     assert_eq!(report.connections_ended, 1, "{report:?}");
     assert!(old.wait_closed(TIMEOUT).0);
     assert_eq!(new.tur(), (0, None));
+    assert!(!server.listening().iter().any(|(_, a)| *a == first));
     assert!(std::net::TcpStream::connect_timeout(&first, Duration::from_secs(5)).is_err());
 }
 
