@@ -43,8 +43,10 @@ pub async fn follow_loop(server: Arc<Server>) {
         for t in &server.targets {
             // Fencing first: the port groups are unavailable for at least one period (the
             // hosts are told, and move) before a new client may bring them back.
-            follow_fencing(&server, t, &mut fenced);
-            reconnect_fenced(t, &mut reconnect_errors).await;
+            // A target fenced in this very period waits for the next one to reconnect.
+            if !follow_fencing(&server, t, &mut fenced) {
+                reconnect_fenced(t, &mut reconnect_errors).await;
+            }
             share_port_groups(&server, t, &mut share_errors).await;
             for (lun, lu) in t.luns.load().luns() {
                 let (lun, lu) = (*lun, lu.clone());
@@ -195,12 +197,13 @@ fn local_tags(server: &Server, t: &crate::TargetRuntime) -> std::collections::BT
 
 /// Puts the target's port groups on this server in the unavailable state while the storage of
 /// one of its LUNs has fenced this server, and back to their earlier states (recorded in
-/// `fenced`) once none is fenced any more.
+/// `fenced`) once none is fenced any more. True when it made a group unavailable just now.
 fn follow_fencing(
     server: &Server,
     t: &crate::TargetRuntime,
     fenced: &mut HashMap<(String, u16), scsi::AluaState>,
-) {
+) -> bool {
+    let mut newly = false;
     let refused = t
         .luns
         .load()
@@ -214,6 +217,7 @@ fn follow_fencing(
             if now != scsi::AluaState::Unavailable {
                 fenced.entry(key).or_insert(now);
                 t.tpgs.set_state(tag, scsi::AluaState::Unavailable);
+                newly = true;
                 tracing::error!(target = %t.name, group = tag,
                     "the storage has fenced this server: port group unavailable until it reconnects");
             }
@@ -225,4 +229,5 @@ fn follow_fencing(
             }
         }
     }
+    newly
 }
