@@ -17,6 +17,19 @@ use crate::fs::open::Open;
 use crate::fs::oplock::Requester;
 use crate::state::{FileKey, Server, Session, Tree};
 
+/// A request just registered as async (`Conn::register_async`): what its task needs to
+/// answer it.
+struct Pending {
+    async_id: u64,
+    /// Set by whoever answers first (the task, a CANCEL, the handle's close).
+    done: Arc<AtomicBool>,
+    /// Woken by a CANCEL or the handle's close, for tasks that wait on something else.
+    wake: Arc<tokio::sync::Notify>,
+    seal: Seal,
+    header: Header,
+    session_id: u64,
+}
+
 /// How the final response of an async request goes out: signed with its channel's key when
 /// the request was signed or the session requires it, or encrypted for the session.
 pub struct Seal {
@@ -126,23 +139,15 @@ impl Conn {
         key: FileKey,
         requester: Requester,
     ) -> Outcome {
-        let async_id = self.new_async_id();
-        let done = Arc::new(AtomicBool::new(false));
-        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
-        self.async_ops.push(AsyncOp {
+        let Pending {
             async_id,
-            header: inc.header.clone(),
-            session_id: inc.session_id,
-            file_id: None,
-            done: done.clone(),
-            encrypted: inc.encrypted,
-            on_close: NtStatus::CANCELLED,
-            wake: None,
-        });
-        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
-        let header = inc.header.clone();
+            done,
+            seal,
+            header,
+            session_id,
+            ..
+        } = self.register_async(inc, None, NtStatus::CANCELLED);
         let bytes = inc.bytes.to_vec();
-        let session_id = inc.session_id;
         let (server, session, tree, tx) = (
             self.server.clone(),
             session.clone(),
@@ -191,6 +196,38 @@ impl Conn {
 }
 
 impl Conn {
+    /// Records `inc` as an async request of this connection (CANCEL, and for `file_id` the
+    /// handle's close answered with `on_close`, find it here).
+    fn register_async(
+        &mut self,
+        inc: &Incoming<'_>,
+        file_id: Option<smb_proto::msg::FileId>,
+        on_close: NtStatus,
+    ) -> Pending {
+        let async_id = self.new_async_id();
+        let done = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
+        self.async_ops.push(AsyncOp {
+            async_id,
+            header: inc.header.clone(),
+            session_id: inc.session_id,
+            file_id,
+            done: done.clone(),
+            encrypted: inc.encrypted,
+            on_close,
+            wake: file_id.map(|_| wake.clone()),
+        });
+        Pending {
+            async_id,
+            done,
+            wake,
+            seal: self.seal_for(inc.header, inc.session_id, inc.encrypted),
+            header: inc.header.clone(),
+            session_id: inc.session_id,
+        }
+    }
+
     /// A blocking LOCK that cannot be granted now goes async (MS-SMB2 3.3.5.14.2): the interim
     /// STATUS_PENDING is answered, and a task retries the lock whenever a range of the file is
     /// released. It ends with SUCCESS once granted, CANCELLED on a CANCEL, RANGE_NOT_LOCKED
@@ -206,23 +243,18 @@ impl Conn {
             return Outcome::Error(NtStatus::INVALID_PARAMETER);
         };
         let lock_sequence = req.lock_sequence;
-        let async_id = self.new_async_id();
-        let done = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(tokio::sync::Notify::new());
-        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
-        self.async_ops.push(AsyncOp {
+        let Pending {
             async_id,
-            header: inc.header.clone(),
-            session_id: inc.session_id,
-            file_id: Some(open.file_id()),
-            done: done.clone(),
-            encrypted: inc.encrypted,
-            on_close: crate::fs::status::RANGE_NOT_LOCKED,
-            wake: Some(wake.clone()),
-        });
-        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
-        let header = inc.header.clone();
-        let session_id = inc.session_id;
+            done,
+            wake,
+            seal,
+            header,
+            session_id,
+        } = self.register_async(
+            inc,
+            Some(open.file_id()),
+            crate::fs::status::RANGE_NOT_LOCKED,
+        );
         let (server, tx) = (self.server.clone(), self.tx.clone());
         tracing::debug!(session = %format_args!("{:#x}", session.id), "blocking LOCK {}+{} waits", element.offset, element.length);
         tokio::spawn(async move {
@@ -338,24 +370,15 @@ impl Conn {
         tree: &Arc<Tree>,
         open: Arc<Open>,
     ) -> Outcome {
-        let async_id = self.new_async_id();
-        let done = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(tokio::sync::Notify::new());
-        self.async_ops.retain(|op| !op.done.load(Ordering::Acquire));
-        self.async_ops.push(AsyncOp {
+        let Pending {
             async_id,
-            header: inc.header.clone(),
-            session_id: inc.session_id,
-            file_id: Some(open.file_id()),
-            done: done.clone(),
-            encrypted: inc.encrypted,
-            on_close: NtStatus::FILE_CLOSED,
-            wake: Some(wake.clone()),
-        });
-        let seal = self.seal_for(inc.header, inc.session_id, inc.encrypted);
-        let header = inc.header.clone();
+            done,
+            wake,
+            seal,
+            header,
+            session_id,
+        } = self.register_async(inc, Some(open.file_id()), NtStatus::FILE_CLOSED);
         let bytes = inc.bytes.to_vec();
-        let session_id = inc.session_id;
         let (server, session, tree, tx) = (
             self.server.clone(),
             session.clone(),
