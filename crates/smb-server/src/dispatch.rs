@@ -95,6 +95,7 @@ impl Conn {
                 Err(s) => return Outcome::Error(s),
             };
             if ask.is_reconnect() {
+                durable::await_orphan(&self.server, &session, &ask).await;
                 return durable::reconnect(&ctx, r, &ask, out).into();
             }
             let replay = inc.header.flags.is_replay();

@@ -114,6 +114,8 @@ pub struct Server {
     pub locks: LockTable,
     /// Durable opens whose session is gone, by persistent FileId (`fs::durable`).
     pub orphans: Mutex<HashMap<u64, crate::fs::durable::Orphan>>,
+    /// Notified whenever opens become orphans (a reconnect racing its old connection's end).
+    pub orphaned: tokio::sync::Notify,
     /// CreateGuids of opens and of CREATEs waiting for breaks, for replays and reconnects.
     pub create_guids: Mutex<crate::fs::durable::GuidTable>,
     /// Open connections with their counters, and the server-wide counters (`lanes status`,
@@ -139,6 +141,7 @@ impl Server {
             leases: Mutex::new(HashMap::new()),
             locks: LockTable::default(),
             orphans: Mutex::new(HashMap::new()),
+            orphaned: tokio::sync::Notify::new(),
             create_guids: Mutex::new(HashMap::new()),
             conns: crate::stats::ConnTable::default(),
             counters: crate::stats::Counters::default(),

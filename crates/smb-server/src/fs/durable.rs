@@ -319,6 +319,7 @@ pub fn orphan_or_close(
             None => super::open::close_open(server, &open),
         }
     }
+    server.orphaned.notify_waiters();
 }
 
 /// Whether a break of the lease or oplock `open` is under is waiting for its acknowledgment.
@@ -390,6 +391,49 @@ pub fn purge_conflicting(server: &Server, key: FileKey, req: &Requester) {
                 open.persistent
             );
             super::open::close_open(server, &open);
+        }
+    }
+}
+
+/// How long a reconnect waits for the connection that still holds its open to end.
+pub const RECONNECT_WAIT: Duration = Duration::from_secs(1);
+
+/// Before a DH2C or DHnC: when the open it names is still held by another session, whose
+/// connection the client has left but whose end this server has not yet read (a client
+/// reconnects within a few round trips of closing its socket; a busy server may not have
+/// run the old connection's task yet), wait up to [`RECONNECT_WAIT`] for it to become an
+/// orphan. An open still in use after that fails the reconnect as before.
+pub async fn await_orphan(server: &Server, session: &crate::state::Session, ask: &DurableAsk) {
+    let persistent = match (ask.reconnect_v2, ask.reconnect_v1) {
+        (Some(r), _) => r.file_id.persistent,
+        (None, Some(f)) => f.persistent,
+        (None, None) => return,
+    };
+    let held_elsewhere = || {
+        !server.orphans.lock().contains_key(&persistent)
+            && server.sessions_snapshot().iter().any(|s| {
+                s.id != session.id
+                    && s.user.eq_ignore_ascii_case(&session.user)
+                    && s.state
+                        .lock()
+                        .opens
+                        .values()
+                        .any(|o| o.persistent == persistent && o.durable.lock().is_some())
+            })
+    };
+    let deadline = tokio::time::Instant::now() + RECONNECT_WAIT;
+    loop {
+        let orphaned = server.orphaned.notified();
+        tokio::pin!(orphaned);
+        orphaned.as_mut().enable();
+        if !held_elsewhere() {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, orphaned).await.is_err() {
+            tracing::debug!(
+                "SMB durable reconnect of {persistent:#x}: its open is still in use by another session"
+            );
+            return;
         }
     }
 }

@@ -496,3 +496,75 @@ fn a_dh2q_open_reconnects_through_dhnc() {
     assert_eq!(response(&out).oplock_level, OPLOCK_BATCH);
     assert!(e.server.orphans.lock().is_empty());
 }
+
+/// The DH2C of `fid` on `s`, as dispatch runs it: first waiting for the open to be orphaned
+/// when another session of the user still holds it.
+async fn reconnect_after_wait(
+    e: &Env,
+    s: &Arc<Session>,
+    t: &Arc<Tree>,
+    fid: FileId,
+) -> Result<Vec<u8>, NtStatus> {
+    let d = dh2c(fid, GUID);
+    let name = utf16("");
+    let req = request(
+        &name,
+        0x78,
+        vec![CreateContext {
+            name: CTX_DURABLE_HANDLE_RECONNECT_V2,
+            data: &d,
+        }],
+    );
+    let ask = DurableAsk::parse(&req)?;
+    await_orphan(&e.server, s, &ask).await;
+    reconnect_with(e, s, t, fid, GUID)
+}
+
+/// A client that closed its connection and reconnects before the server has read that close
+/// (the old connection's task not run yet on a busy server): the reconnect waits for the old
+/// session to end, and takes the open then.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reconnect_waits_for_the_old_connection_to_end() {
+    let e = Arc::new(env());
+    let t = tree(&e.share);
+    let s1 = session(&e.server, 21, "alice");
+    let fid = durable_open(&e, &s1, &t, u32::MAX);
+    let s2 = session(&e.server, 22, "alice");
+    let waiter = {
+        let (e, s2, t) = (e.clone(), s2.clone(), t.clone());
+        tokio::spawn(async move { reconnect_after_wait(&e, &s2, &t, fid).await })
+    };
+    // One turn of this single-threaded runtime: the reconnect runs up to its wait.
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "the reconnect did not wait");
+    crate::session::end_session(&e.server, &s1, true);
+    let out = waiter
+        .await
+        .expect("task")
+        .expect("reconnect after the old session ended");
+    assert_eq!(response(&out).file_id, fid);
+    assert!(s2.open(fid, t.id).is_some());
+}
+
+/// An open its first session still uses is not taken: after the wait the reconnect fails as
+/// it always did (and a reconnect on the holding session itself does not wait).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_reconnect_to_an_open_still_in_use_fails_after_the_wait() {
+    let e = env();
+    let t = tree(&e.share);
+    let s1 = session(&e.server, 31, "alice");
+    let fid = durable_open(&e, &s1, &t, u32::MAX);
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        reconnect_after_wait(&e, &s1, &t, fid).await.err(),
+        Some(NtStatus::OBJECT_NAME_NOT_FOUND)
+    );
+    assert_eq!(start.elapsed(), std::time::Duration::ZERO);
+    let s2 = session(&e.server, 32, "alice");
+    assert_eq!(
+        reconnect_after_wait(&e, &s2, &t, fid).await.err(),
+        Some(NtStatus::OBJECT_NAME_NOT_FOUND)
+    );
+    assert!(start.elapsed() >= RECONNECT_WAIT);
+    assert!(s1.open(fid, t.id).is_some());
+}
