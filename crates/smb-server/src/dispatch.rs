@@ -95,7 +95,9 @@ impl Conn {
                 Err(s) => return Outcome::Error(s),
             };
             if ask.is_reconnect() {
-                durable::await_orphan(&self.server, &session, &ask).await;
+                if let Some((fid, _)) = ask.reconnect_target() {
+                    durable::await_orphan(&self.server, &session, fid.persistent).await;
+                }
                 return durable::reconnect(&ctx, r, &ask, out).into();
             }
             let replay = inc.header.flags.is_replay();

@@ -134,6 +134,15 @@ impl DurableAsk {
         self.reconnect_v1.is_some() || self.reconnect_v2.is_some()
     }
 
+    /// The FileId a DH2C or DHnC names, with the CreateGuid a DH2C carries.
+    pub fn reconnect_target(&self) -> Option<(FileId, Option<[u8; 16]>)> {
+        match (self.reconnect_v2, self.reconnect_v1) {
+            (Some(r), _) => Some((r.file_id, Some(r.create_guid))),
+            (None, Some(f)) => Some((f, None)),
+            (None, None) => None,
+        }
+    }
+
     /// A non-zero CreateGuid of a DH2Q context.
     pub fn create_guid(&self) -> Option<[u8; 16]> {
         self.v2.map(|d| d.create_guid).filter(|g| *g != [0; 16])
@@ -403,12 +412,7 @@ pub const RECONNECT_WAIT: Duration = Duration::from_secs(1);
 /// reconnects within a few round trips of closing its socket; a busy server may not have
 /// run the old connection's task yet), wait up to [`RECONNECT_WAIT`] for it to become an
 /// orphan. An open still in use after that fails the reconnect as before.
-pub async fn await_orphan(server: &Server, session: &crate::state::Session, ask: &DurableAsk) {
-    let persistent = match (ask.reconnect_v2, ask.reconnect_v1) {
-        (Some(r), _) => r.file_id.persistent,
-        (None, Some(f)) => f.persistent,
-        (None, None) => return,
-    };
+pub async fn await_orphan(server: &Server, session: &crate::state::Session, persistent: u64) {
     let held_elsewhere = || {
         !server.orphans.lock().contains_key(&persistent)
             && server.sessions_snapshot().iter().any(|s| {
@@ -447,11 +451,7 @@ pub fn reconnect(
     out: &mut Vec<u8>,
 ) -> Result<Reply, NtStatus> {
     let not_found = NtStatus::OBJECT_NAME_NOT_FOUND;
-    let (fid, guid) = match (ask.reconnect_v2, ask.reconnect_v1) {
-        (Some(r), _) => (r.file_id, Some(r.create_guid)),
-        (None, Some(f)) => (f, None),
-        (None, None) => return Err(NtStatus::INVALID_PARAMETER),
-    };
+    let (fid, guid) = ask.reconnect_target().ok_or(NtStatus::INVALID_PARAMETER)?;
     let share = ctx.tree.share.as_ref().ok_or(not_found)?;
     let (open, user) = {
         let orphans = ctx.server.orphans.lock();

@@ -505,18 +505,7 @@ async fn reconnect_after_wait(
     t: &Arc<Tree>,
     fid: FileId,
 ) -> Result<Vec<u8>, NtStatus> {
-    let d = dh2c(fid, GUID);
-    let name = utf16("");
-    let req = request(
-        &name,
-        0x78,
-        vec![CreateContext {
-            name: CTX_DURABLE_HANDLE_RECONNECT_V2,
-            data: &d,
-        }],
-    );
-    let ask = DurableAsk::parse(&req)?;
-    await_orphan(&e.server, s, &ask).await;
+    await_orphan(&e.server, s, fid.persistent).await;
     reconnect_with(e, s, t, fid, GUID)
 }
 
