@@ -212,6 +212,7 @@ impl ReplicatedLun {
             flushes: Default::default(),
             next_flush: 1,
             local_io: 0,
+            applies: Vec::new(),
             resync_remaining: 0,
             dirty_at: None,
             dirty: 0,

@@ -142,7 +142,15 @@ pub(crate) struct Driver {
     pub next_shared: u64,
     /// This node's copy of the shared state and who is told of its changes.
     pub shared_hub: Arc<crate::shared::SharedHub>,
+    /// Plain (not FUA) applies of the current pass over the core's actions, handed to one
+    /// local I/O thread together when the pass ends (`Driver::apply_batch`).
+    pub applies: Vec<(Token, u64, Bytes)>,
 }
+
+/// Most inputs (or peer frames) fed to the core before its actions are carried out: under
+/// load one pass then answers many of them, with one wake-up of a local I/O thread and one
+/// of the peer link's writer instead of one each.
+const BATCH: usize = 64;
 
 impl Driver {
     fn now(&self) -> Nanos {
@@ -171,14 +179,23 @@ impl Driver {
                 }
             };
             tokio::select! {
-                input = self.inputs.recv() => match input {
-                    Some(Input::Shutdown) | None => break,
-                    Some(i) => if let Err(reason) = self.input(i) {
+                input = self.inputs.recv() => match self.inputs_from(input) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(reason) => {
                         stop = Some(reason);
                         break;
-                    },
+                    }
                 },
-                Some(ev) = self.link_rx.recv() => self.link_event(ev),
+                Some(ev) = self.link_rx.recv() => {
+                    self.link_event(ev);
+                    for _ in 1..BATCH {
+                        match self.link_rx.try_recv() {
+                            Ok(ev) => self.link_event(ev),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 _ = refresh.tick() => {}
                 () = sleep => {
                     let now = self.now();
@@ -242,6 +259,27 @@ impl Driver {
             }
         })
         .await;
+    }
+
+    /// `first` and the inputs already queued behind it (at most [`BATCH`]), fed to the core
+    /// before its actions run once for all of them. `Ok(false)`: shut down.
+    fn inputs_from(&mut self, first: Option<Input>) -> Result<bool, String> {
+        let mut input = first;
+        for _ in 1..BATCH {
+            match input {
+                Some(Input::Shutdown) | None => return Ok(false),
+                Some(i) => self.input(i)?,
+            }
+            input = match self.inputs.try_recv() {
+                Ok(i) => Some(i),
+                // Empty, or every sender gone (the next `recv` says so).
+                Err(_) => return Ok(true),
+            };
+        }
+        match input {
+            Some(Input::Shutdown) | None => Ok(false),
+            Some(i) => self.input(i).map(|()| true),
+        }
     }
 
     fn input(&mut self, i: Input) -> Result<(), String> {
@@ -402,6 +440,41 @@ impl Driver {
         while let Some(a) = self.replica.poll_action() {
             self.action(a);
         }
+        self.apply_batch();
+    }
+
+    /// Hand this pass's plain applies to one local I/O thread: they would serialize on the
+    /// backing file's inode lock anyway, and one wake-up serves them all. Each reports on its
+    /// own as it completes, so the first is not held back by the last.
+    fn apply_batch(&mut self) {
+        if self.applies.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.applies);
+        let Some(io) = &self.io else {
+            return;
+        };
+        self.local_io += batch.len();
+        let (dev, me) = (self.local.clone(), self.me.clone());
+        io.run(Box::new(move || {
+            let mut failed: Option<String> = None;
+            for (token, off, data) in batch {
+                if failed.is_none() {
+                    match catch_unwind(AssertUnwindSafe(|| dev.write_at(&data, off))) {
+                        Ok(Ok(())) => {
+                            let _ = me.send(Input::Applied(token));
+                            continue;
+                        }
+                        Ok(Err(e)) => failed = Some(e.to_string()),
+                        Err(_) => failed = Some("local I/O panicked".into()),
+                    }
+                }
+                // Every apply of the batch reports, so the count of local I/O under way
+                // (which a stop waits for) reaches zero.
+                let e = failed.clone().unwrap_or_default();
+                let _ = me.send(Input::LocalFailed(e));
+            }
+        }));
     }
 
     fn action(&mut self, a: Action) {
@@ -414,6 +487,13 @@ impl Driver {
                 }
             }
             Action::DropPeerConnection => self.session = None,
+            Action::Apply {
+                token,
+                lba,
+                fua: false,
+                data,
+                ..
+            } => self.applies.push((token, lba * self.block_size, data)),
             Action::Apply {
                 token,
                 lba,

@@ -56,7 +56,7 @@ struct RunArgs {
     target: Option<String>,
     /// Patterns, comma-separated or repeated: 4k-randread, 4k-randwrite, 8k-randrw-67,
     /// 8k-seqrw-67, 64k-seqread, 64k-seqwrite, 128k-seqread, 256k-seqread, 256k-seqwrite,
-    /// 1m-seqread-qd1. SMB takes SIZE-seqread, SIZE-seqwrite, SIZE-randread, SIZE-randwrite
+    /// 1m-seqread, 1m-seqwrite, 1m-seqread-qd1. SMB takes SIZE-seqread, SIZE-seqwrite, SIZE-randread, SIZE-randwrite
     /// [SMB default: 1m-seqread,1m-seqwrite,4k-randread,4k-randwrite].
     #[arg(long, value_delimiter = ',', value_name = "P")]
     pattern: Vec<String>,

@@ -44,6 +44,8 @@ pub const PATTERNS: &[Pattern] = &[
     p("128k-seqread", 131_072, 100, false, false),
     p("256k-seqread", 262_144, 100, false, false),
     p("256k-seqwrite", 262_144, 0, false, false),
+    p("1m-seqread", 1 << 20, 100, false, false),
+    p("1m-seqwrite", 1 << 20, 0, false, false),
     p("1m-seqread-qd1", 1 << 20, 100, false, true),
 ];
 
