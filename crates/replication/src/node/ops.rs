@@ -187,6 +187,10 @@ pub(crate) struct Slab {
     slots: Vec<Option<Op>>,
     gens: Vec<u32>,
     free: Vec<u32>,
+    /// One bit per slot: set when its operation became [`Phase::Waiting`], cleared when a
+    /// visit finds it no longer waiting. Every waiting operation's bit is set, so a pass over
+    /// the set bits sees what a pass over every slot would, without visiting the rest.
+    noted: Vec<u64>,
 }
 
 impl Slab {
@@ -195,6 +199,34 @@ impl Slab {
             slots: vec![None; n],
             gens: vec![0; n],
             free: (0..n as u32).rev().collect(),
+            noted: vec![0; n.div_ceil(64)],
+        }
+    }
+
+    /// Note that slot `i`'s operation is now waiting.
+    pub(crate) fn note_waiting(&mut self, i: u32) {
+        if let Some(w) = self.noted.get_mut(i as usize / 64) {
+            *w |= 1 << (i % 64);
+        }
+    }
+
+    /// Forget slot `i`'s note (its operation no longer waits).
+    pub(crate) fn clear_note(&mut self, i: u32) {
+        if let Some(w) = self.noted.get_mut(i as usize / 64) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+
+    /// The first noted slot at or after `from`, in index order.
+    pub(crate) fn next_noted(&self, from: u32) -> Option<u32> {
+        let mut word = from as usize / 64;
+        let mut bits = *self.noted.get(word)? & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some((word * 64) as u32 + bits.trailing_zeros());
+            }
+            word += 1;
+            bits = *self.noted.get(word)?;
         }
     }
 
@@ -241,5 +273,33 @@ impl Slab {
             .enumerate()
             .filter(|(_, s)| s.is_some())
             .map(|(i, _)| i as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slab;
+
+    #[test]
+    fn noted_slots_come_back_in_index_order_across_words() {
+        let mut s = Slab::new(200);
+        assert_eq!(s.next_noted(0), None);
+        for i in [130, 3, 64, 63, 199] {
+            s.note_waiting(i);
+        }
+        let mut seen = Vec::new();
+        let mut cursor = 0;
+        while let Some(i) = s.next_noted(cursor) {
+            seen.push(i);
+            cursor = i + 1;
+        }
+        assert_eq!(seen, [3, 63, 64, 130, 199]);
+        s.clear_note(64);
+        assert_eq!(s.next_noted(64), Some(130));
+        assert_eq!(s.next_noted(200), None);
+        // Out of range: ignored, never a panic.
+        s.note_waiting(10_000);
+        s.clear_note(10_000);
+        assert_eq!(s.next_noted(10_000), None);
     }
 }
