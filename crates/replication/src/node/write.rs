@@ -254,7 +254,11 @@ impl Replica {
         let mut cursor = 0;
         while let Some(slot) = self.ops.next_noted(cursor) {
             cursor = slot + 1;
-            if self.ops.get(slot).is_none_or(|op| op.phase != Phase::Waiting) {
+            if self
+                .ops
+                .get(slot)
+                .is_none_or(|op| op.phase != Phase::Waiting)
+            {
                 self.ops.clear_note(slot);
                 continue;
             }
