@@ -120,15 +120,20 @@ done
 grep -q "SMB listening on $addr2" "$work/serve.log" || { cat "$work/serve.log"; echo "no SMB listener"; exit 1; }
 
 # One group: its suites one after the other on its own share; a line "suite passed failed" each.
+# torture SHARE TIMEOUT NAME LOG: one smbtorture run of a suite or a single test, as subunit.
+torture() {
+    nsx timeout "$2" smbtorture "//$addr1/$1" -p "$port" -U alice%torture-pass-1 \
+        --option=torture:user2name=bob --option=torture:user2password=torture-pass-2 \
+        --option=torture:cn_max_buffer_size=65536 \
+        --format=subunit "$3" >"$4" 2>&1 || true
+}
+
 run_group() {
     local share=$1 s log pass fail
     shift
     for s in "$@"; do
         log="$out/$s.subunit"
-        nsx timeout "$(suite_timeout "$s")" smbtorture "//$addr1/$share" -p "$port" -U alice%torture-pass-1 \
-            --option=torture:user2name=bob --option=torture:user2password=torture-pass-2 \
-            --option=torture:cn_max_buffer_size=65536 \
-            --format=subunit "$s" >"$log" 2>&1 || true
+        torture "$share" "$(suite_timeout "$s")" "$s" "$log"
         pass=$(grep -c '^success:' "$log" || true)
         fail=$(grep -cE '^(failure|error):' "$log" || true)
         echo "$s $pass $fail"
@@ -175,10 +180,7 @@ if [ "$check_floor" = 1 ]; then
     if [ "$missing" -gt 0 ] && [ "$missing" -le 5 ]; then
         while read -r t; do
             log="$out/retry-$t.subunit"
-            nsx timeout "$(suite_timeout "${t%.*}")" smbtorture "//$addr1/share" -p "$port" -U alice%torture-pass-1 \
-                --option=torture:user2name=bob --option=torture:user2password=torture-pass-2 \
-                --option=torture:cn_max_buffer_size=65536 \
-                --format=subunit "$t" >"$log" 2>&1 || true
+            torture share "$(suite_timeout "${t%.*}")" "$t" "$log"
             if grep -q '^success:' "$log" && ! grep -qE '^(failure|error):' "$log"; then
                 echo "smbtorture.sh: flaky: $t failed in the suite run and passed alone ($log)"
                 total=$((total + 1))

@@ -265,21 +265,21 @@ impl Driver {
     /// before its actions run once for all of them. `Ok(false)`: shut down.
     fn inputs_from(&mut self, first: Option<Input>) -> Result<bool, String> {
         let mut input = first;
-        for _ in 1..BATCH {
+        for taken in 1..=BATCH {
             match input {
                 Some(Input::Shutdown) | None => return Ok(false),
                 Some(i) => self.input(i)?,
             }
+            if taken == BATCH {
+                break;
+            }
             input = match self.inputs.try_recv() {
                 Ok(i) => Some(i),
                 // Empty, or every sender gone (the next `recv` says so).
-                Err(_) => return Ok(true),
+                Err(_) => break,
             };
         }
-        match input {
-            Some(Input::Shutdown) | None => Ok(false),
-            Some(i) => self.input(i).map(|()| true),
-        }
+        Ok(true)
     }
 
     fn input(&mut self, i: Input) -> Result<(), String> {
