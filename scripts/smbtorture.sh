@@ -125,7 +125,7 @@ torture() {
     nsx timeout "$2" smbtorture "//$addr1/$1" -p "$port" -U alice%torture-pass-1 \
         --option=torture:user2name=bob --option=torture:user2password=torture-pass-2 \
         --option=torture:cn_max_buffer_size=65536 \
-        --format=subunit "$3" >"$4" 2>&1 || true
+        --basedir="$work" --format=subunit "$3" >"$4" 2>&1 || true
 }
 
 run_group() {

@@ -446,6 +446,7 @@ fn an_rbd_lun_names_its_pool_and_image_and_errors_name_the_key() {
     assert_eq!((rbd.pool.as_str(), rbd.image.as_str()), ("rbd", "vol1"));
     assert_eq!(rbd.ceph_conf, Path::new("/etc/lanes/ceph/ceph.conf"));
     assert_eq!(rbd.client, "admin");
+    assert_eq!(rbd.watch_timeout_s, lanes_rbd::DEFAULT_WATCH_TIMEOUT_S);
     assert_eq!(lun.path, Path::new("rbd:rbd/vol1"));
     // `lanes config show` writes it back the same way.
     let shown = ok.to_toml();
@@ -454,8 +455,25 @@ fn an_rbd_lun_names_its_pool_and_image_and_errors_name_the_key() {
         "{shown}"
     );
     assert_eq!(parse(&shown).unwrap().targets, ok.targets);
+    let quick = parse(&format!(
+        "{base}backend = \"rbd\"\npool = \"rbd\"\nimage = \"vol1\"\nwatch-timeout = 3\n"
+    ))
+    .unwrap();
+    let rbd = quick.targets[0].luns[0].rbd.as_ref().unwrap();
+    assert_eq!(rbd.watch_timeout_s, 3);
+    assert!(quick.to_toml().contains("watch-timeout = 3"));
 
     for (body, key, message) in [
+        (
+            "backend = \"rbd\"\npool = \"rbd\"\nimage = \"v\"\nwatch-timeout = 1\n",
+            "target[0].lun[0].watch-timeout",
+            "from 2 to 60, got 1",
+        ),
+        (
+            "path = \"x.img\"\nwatch-timeout = 5\n",
+            "target[0].lun[0].watch-timeout",
+            "only for backend",
+        ),
         (
             "backend = \"rbd\"\npool = \"rbd\"\n",
             "target[0].lun[0].image",

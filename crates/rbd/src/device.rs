@@ -22,7 +22,17 @@ pub struct RbdSource {
     pub ceph_conf: PathBuf,
     /// The client name without `client.` (default `admin`).
     pub client: String,
+    /// Seconds after which the OSDs drop the reservation watch of a gateway that stopped
+    /// pinging (killed, paused, cut off), so that the others may fence it
+    /// ([`DEFAULT_WATCH_TIMEOUT_S`], within [`WATCH_TIMEOUT_RANGE`]).
+    pub watch_timeout_s: u32,
 }
+
+/// The default watch timeout: a live gateway pings every half second, so it keeps its watch
+/// through nine missed pings in a row (a busy machine); Ceph's own default is 30 s.
+pub const DEFAULT_WATCH_TIMEOUT_S: u32 = 5;
+/// Watch timeouts a LUN may set: at least four pings' worth, at most twice Ceph's default.
+pub const WATCH_TIMEOUT_RANGE: std::ops::RangeInclusive<u32> = 2..=60;
 
 impl RbdSource {
     /// `POOL/IMAGE`, as `rbd` writes it.
@@ -40,7 +50,7 @@ const JOURNALING: u64 = 1 << 6;
 /// A gateway's client: no cache (another gateway's write must be visible at once, and an
 /// acknowledged write must be on the OSDs), discards that zero partial objects (deallocated
 /// ranges read back zeros), and its watches pinged every half second, so that a live gateway
-/// keeps its watch within [`crate::ffi::WATCH_TIMEOUT_S`] and a silent one loses it
+/// keeps its watch within [`RbdSource::watch_timeout_s`] and a silent one loses it
 /// (`pr_store.rs`).
 pub(crate) const CLIENT_OPTIONS: [(&str, &str); 3] = [
     ("rbd_cache", "false"),
@@ -450,6 +460,7 @@ mod tests {
             image: "none".into(),
             ceph_conf: "/nonexistent/ceph.conf".into(),
             client: "admin".into(),
+            watch_timeout_s: DEFAULT_WATCH_TIMEOUT_S,
         };
         let err = RbdDevice::open(&source).err().expect("no cluster here");
         let text = err.to_string();

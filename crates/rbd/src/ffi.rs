@@ -16,7 +16,7 @@ mod rados;
 mod watch;
 pub use aio::{available as aio_available, OnError};
 pub use rados::ObjectIo;
-pub use watch::{Watch, WATCH_TIMEOUT_S};
+pub use watch::Watch;
 
 pub type Handle = *mut c_void;
 

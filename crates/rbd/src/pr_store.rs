@@ -8,7 +8,7 @@
 //! The watches are the gateways' heartbeats: each gateway publishes its client address in
 //! `lanes.gw.IMAGE` once its watch is up, and its client pings the watch every half second.
 //! An OSD drops the watch of a gateway that stopped pinging (killed, paused, cut off from the
-//! cluster) after [`WATCH_TIMEOUT_S`] seconds. Every announcement must be acknowledged by
+//! cluster) after the LUN's `watch-timeout` ([`RbdSource::watch_timeout_s`]). Every announcement must be acknowledged by
 //! every published gateway: one that did not (it timed out, or its watch was dropped) is
 //! blocklisted, and its address unpublished, before the announcement completes. So a change
 //! never waits longer than the watch timeout for a dead gateway, and a paused one can never
@@ -22,7 +22,7 @@ use arc_swap::ArcSwap;
 
 use scsi::{NoticeFn, PrChangeFn, PrStore, StoreResult};
 
-use crate::ffi::{ObjectIo, Pool, Watch, WATCH_TIMEOUT_S};
+use crate::ffi::{ObjectIo, Pool, Watch};
 use crate::incarnation::{Incarnation, Liveness};
 use crate::{Error, RbdSource};
 
@@ -65,6 +65,8 @@ struct Inner {
     /// This store's name in notices, so that its own watch skips them.
     sender: String,
     name: String,
+    /// Seconds of silence after which the OSDs drop a gateway's watch.
+    watch_timeout_s: u32,
 }
 
 /// The logical unit's subscriptions: they outlive a client (a reconnect keeps them).
@@ -199,10 +201,12 @@ impl Inner {
             callbacks,
             sender: sender_name(),
             name,
+            watch_timeout_s: source.watch_timeout_s,
         });
         let (notified, broken) = (Arc::downgrade(&inner), Arc::downgrade(&inner));
         let watch = Watch::new(
             &inner.object,
+            source.watch_timeout_s,
             Box::new(move |payload| match notified.upgrade() {
                 Some(inner) => inner.take(payload),
                 None => true,
@@ -322,7 +326,8 @@ impl Inner {
                 format!("did not answer within {NOTIFY_TIMEOUT_MS} ms")
             } else {
                 format!(
-                    "lost its watch (silent for {WATCH_TIMEOUT_S} s: stopped, paused or cut off)"
+                    "lost its watch (silent for {} s: stopped, paused or cut off)",
+                    self.watch_timeout_s
                 )
             };
             tracing::warn!(
@@ -442,7 +447,7 @@ fn fence_gone_predecessors(
             object = %name,
             "gateway client.{other} at {addr} was published by process {} of this machine, which \
              is gone: blocklisting it now (ceph osd blocklist add {addr}) so that the other \
-             gateways need not wait {WATCH_TIMEOUT_S} s for its watch",
+             gateways need not wait for its watch to time out",
             process.pid()
         );
         match object.blocklist(&addr, std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS)) {

@@ -17,6 +17,7 @@ fn source(cluster: &Cluster, image: &str) -> RbdSource {
         image: image.into(),
         ceph_conf: cluster.conf.clone(),
         client: "admin".into(),
+        watch_timeout_s: lanes_rbd::DEFAULT_WATCH_TIMEOUT_S,
     }
 }
 

@@ -18,7 +18,7 @@ fn script() -> PathBuf {
 }
 
 impl Cluster {
-    /// Starts a cluster with `osds` OSDs and the pool `rbd` (about 20 s on 2 cores).
+    /// Starts a cluster with `osds` OSDs and the pool `rbd` (about 5 s on 2 cores, in memory).
     pub fn start(osds: u32) -> Cluster {
         crate::require_root();
         // In memory when there is room (`scripts/ceph-cluster scratch` says why).
@@ -103,7 +103,15 @@ impl Cluster {
             .status()
             .is_ok_and(|s| s.success());
         assert!(killed_ok, "kill -9 osd.{id} ({pid})");
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        // Gone, or a zombie: its files and sockets are closed then, and its reaper (the
+        // daemon's parent exited when it forked) may take a second or more to collect it.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+        };
+        while alive() {
             assert!(
                 killed.elapsed() < std::time::Duration::from_secs(10),
                 "osd.{id} exits"

@@ -45,7 +45,8 @@ pub struct CliOverrides {
 }
 
 /// A `--lun PATH[,size=SIZE][,block-size=512|4096]` or
-/// `--lun rbd:POOL/IMAGE[,ceph-conf=FILE][,ceph-client=NAME][,block-size=...]` value.
+/// `--lun rbd:POOL/IMAGE[,ceph-conf=FILE][,ceph-client=NAME][,watch-timeout=SECONDS][,block-size=...]`
+/// value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LunSpec {
     pub path: PathBuf,
@@ -76,6 +77,7 @@ impl FromStr for LunSpec {
                         ceph_conf: std::env::var_os("CEPH_CONF")
                             .map_or_else(|| "/etc/ceph/ceph.conf".into(), PathBuf::from),
                         client: "admin".to_string(),
+                        watch_timeout_s: lanes_rbd::DEFAULT_WATCH_TIMEOUT_S,
                     })
                 }
                 _ => return Err(format!("{text:?}: expected rbd:POOL/IMAGE")),
@@ -92,6 +94,20 @@ impl FromStr for LunSpec {
             match (option.split_once('='), spec.rbd.as_mut()) {
                 (Some(("ceph-conf", value)), Some(rbd)) => rbd.ceph_conf = PathBuf::from(value),
                 (Some(("ceph-client", value)), Some(rbd)) => rbd.client = value.to_string(),
+                (Some(("watch-timeout", value)), Some(rbd)) => {
+                    let range = lanes_rbd::WATCH_TIMEOUT_RANGE;
+                    rbd.watch_timeout_s = value
+                        .parse()
+                        .ok()
+                        .filter(|s| range.contains(s))
+                        .ok_or_else(|| {
+                            format!(
+                                "watch-timeout must be whole seconds from {} to {}, got {value:?}",
+                                range.start(),
+                                range.end()
+                            )
+                        })?;
+                }
                 (Some(("size", _)), Some(_)) => {
                     return Err(format!(
                         "{text:?}: an RBD image has its own size (change it with `rbd resize`)"
@@ -102,7 +118,7 @@ impl FromStr for LunSpec {
             if spec.rbd.is_some()
                 && matches!(
                     option.split_once('='),
-                    Some(("ceph-conf" | "ceph-client", _))
+                    Some(("ceph-conf" | "ceph-client" | "watch-timeout", _))
                 )
             {
                 continue;
@@ -117,7 +133,8 @@ impl FromStr for LunSpec {
                 _ => {
                     return Err(format!(
                         "unknown option {option:?} (known: size=SIZE, block-size=512|4096; \
-                         for rbd:POOL/IMAGE also ceph-conf=FILE, ceph-client=NAME)"
+                         for rbd:POOL/IMAGE also ceph-conf=FILE, ceph-client=NAME, \
+                         watch-timeout=SECONDS)"
                     ))
                 }
             }
@@ -429,9 +446,22 @@ mod tests {
             "d.img,block-size=1000",
             "d.img,color=red",
             "d.img,size=1000,block-size=4096",
+            "rbd:rbd/vol1,watch-timeout=1",
+            "rbd:rbd/vol1,watch-timeout=soon",
+            "d.img,watch-timeout=5",
         ] {
             assert!(bad.parse::<LunSpec>().is_err(), "{bad:?} accepted");
         }
+        let rbd: LunSpec = "rbd:rbd/vol1,ceph-client=gw,watch-timeout=3"
+            .parse()
+            .unwrap();
+        let source = rbd.rbd.expect("an RBD LUN");
+        assert_eq!((source.client.as_str(), source.watch_timeout_s), ("gw", 3));
+        let plain: LunSpec = "rbd:rbd/vol1".parse().unwrap();
+        assert_eq!(
+            plain.rbd.unwrap().watch_timeout_s,
+            lanes_rbd::DEFAULT_WATCH_TIMEOUT_S
+        );
     }
 
     #[test]

@@ -62,6 +62,8 @@
 //! image = "vol1"                 # created with `rbd create --image-feature layering`
 //! ceph-conf = "/etc/ceph/ceph.conf"   # default
 //! ceph-client = "admin"          # default; its keyring as ceph.conf says
+//! watch-timeout = 5              # default, seconds (2 to 60): a gateway silent this long
+//!                                # (killed, paused, cut off) is fenced by the others
 //!
 //! [limits]                       # see `config::limits` for every key and its default
 //! login-timeout = "15s"
@@ -154,6 +156,7 @@ struct RawLun {
     image: Option<Spanned<String>>,
     ceph_conf: Option<Spanned<String>>,
     ceph_client: Option<Spanned<String>>,
+    watch_timeout: Option<Spanned<i64>>,
     size: Option<Spanned<NumberOrText>>,
     block_size: Option<Spanned<i64>>,
     serial: Option<Spanned<String>>,
@@ -705,6 +708,25 @@ impl Resolver<'_> {
                         .ceph_client
                         .as_ref()
                         .map_or_else(|| "admin".to_string(), |c| c.get_ref().clone()),
+                    watch_timeout_s: match &raw.watch_timeout {
+                        None => lanes_rbd::DEFAULT_WATCH_TIMEOUT_S,
+                        Some(v) => match u32::try_from(*v.get_ref()) {
+                            Ok(s) if lanes_rbd::WATCH_TIMEOUT_RANGE.contains(&s) => s,
+                            _ => {
+                                let range = lanes_rbd::WATCH_TIMEOUT_RANGE;
+                                return Err(self.error(
+                                    v.span(),
+                                    format!("{key}.watch-timeout"),
+                                    format!(
+                                        "must be whole seconds from {} to {}, got {}",
+                                        range.start(),
+                                        range.end(),
+                                        v.get_ref()
+                                    ),
+                                ));
+                            }
+                        },
+                    },
                 };
                 let mut lun = LunConfig::new(number, format!("rbd:{}", source.spec()).into());
                 lun.rbd = Some(source);
@@ -744,6 +766,13 @@ impl Resolver<'_> {
                     "only for backend = \"rbd\"",
                 ));
             }
+        }
+        if let (Some(v), None) = (&raw.watch_timeout, &lun.rbd) {
+            return Err(self.error(
+                v.span(),
+                format!("{key}.watch-timeout"),
+                "only for backend = \"rbd\"",
+            ));
         }
         if let Some(value) = &raw.block_size {
             lun.block_size = match value.get_ref() {

@@ -183,6 +183,7 @@ impl ServeConfig {
                         let _ = writeln!(out, "image = {}", quoted(&rbd.image));
                         let _ = writeln!(out, "ceph-conf = {}", path(&rbd.ceph_conf));
                         let _ = writeln!(out, "ceph-client = {}", quoted(&rbd.client));
+                        let _ = writeln!(out, "watch-timeout = {}", rbd.watch_timeout_s);
                     }
                     None => {
                         let _ = writeln!(out, "path = {}", path(&l.path));

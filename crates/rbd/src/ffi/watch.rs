@@ -1,6 +1,6 @@
 //! A watch on one RADOS object, and notifications to every watch on it: how the gateways of
 //! an image tell each other of reservation changes and see each other alive. A watch is
-//! registered with a short timeout ([`WATCH_TIMEOUT_S`]) and the client pings it often
+//! registered with a short timeout (the LUN's `watch-timeout`) and the client pings it often
 //! (`objecter_tick_interval`, set by the gateway's client options): an OSD drops the watch of
 //! a gateway that stopped pinging (killed, paused, cut off) within that timeout, so a
 //! notification never waits longer than that for a silent gateway. Part of the `ffi` module;
@@ -13,12 +13,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use super::rados::{ObjApi, ObjectIo, ETIMEDOUT};
 use super::{check, Handle, Pool};
 use crate::Error;
-
-/// Seconds after which an OSD drops a watch whose client stopped pinging it. The gateways'
-/// clients ping every half second (`objecter_tick_interval` in the client options), so a live
-/// gateway keeps its watch through nine missed pings in a row (a busy machine), and a dead
-/// one holds up a notification for at most this long (Ceph's default is 30 s).
-pub const WATCH_TIMEOUT_S: u32 = 5;
 
 /// The answer to a notification: who acknowledged it, and who was still watching when it
 /// timed out (as (gid, cookie)). A watch the OSD dropped meanwhile is in neither list.
@@ -137,6 +131,10 @@ pub struct Watch {
     ctx: *mut WatchCtx,
     cookie: Mutex<u64>,
     taker: Option<std::thread::JoinHandle<()>>,
+    /// Seconds after which an OSD drops this watch once its client stops pinging it. The
+    /// gateways' clients ping every half second (`objecter_tick_interval` in the client
+    /// options), and a dead one holds up a notification for at most this long.
+    timeout_s: u32,
 }
 
 // The context pointer is only read by librados callbacks and freed in Drop.
@@ -144,7 +142,12 @@ unsafe impl Send for Watch {}
 unsafe impl Sync for Watch {}
 
 impl Watch {
-    pub fn new(obj: &ObjectIo, on_notify: OnNotify, on_error: OnError) -> Result<Watch, Error> {
+    pub fn new(
+        obj: &ObjectIo,
+        timeout_s: u32,
+        on_notify: OnNotify,
+        on_error: OnError,
+    ) -> Result<Watch, Error> {
         let io = obj.pool.new_ioctx()?;
         let shared = Arc::new(Shared {
             api: obj.api,
@@ -172,6 +175,7 @@ impl Watch {
             ctx,
             cookie: Mutex::new(0),
             taker: Some(taker),
+            timeout_s,
         };
         watch.rewatch()?;
         Ok(watch)
@@ -199,7 +203,7 @@ impl Watch {
                 &mut new,
                 watch_cb,
                 watch_err_cb,
-                WATCH_TIMEOUT_S,
+                self.timeout_s,
                 self.ctx.cast(),
             )
         };
