@@ -28,7 +28,8 @@ pub struct ServeArgs {
     /// Listen on ADDR:PORT (IPv6 as [ADDR]:PORT); repeatable, all in portal group 1.
     #[arg(long = "portal", value_name = "ADDR:PORT", value_parser = parse_portal_arg)]
     portals: Vec<SocketAddr>,
-    /// Export PATH[,size=SIZE][,block-size=512|4096] as the next LUN; repeatable.
+    /// Export PATH[,size=SIZE][,block-size=512|4096] as the next LUN, or a Ceph RBD image as
+    /// rbd:POOL/IMAGE[,ceph-conf=FILE][,ceph-client=NAME][,watch-timeout=S]; repeatable.
     #[arg(long = "lun", value_name = "SPEC")]
     luns: Vec<LunSpec>,
     /// iSCSI name of the target (iqn./eui./naa.).

@@ -262,9 +262,12 @@ impl LogicalUnit {
         // One change at a time from this gateway; the state lock itself is held only briefly,
         // so announcements from other gateways are taken while this one waits on the store.
         let _one = self.pr_out_lock.lock();
+        // A store this port cannot reach now (a replica that lost its peer and its epoch:
+        // `NotConnected`) answers as the data path does, NOT READY, TARGET PORT IN UNAVAILABLE
+        // STATE, which hosts retry on another path; any other failure is the target's own.
         let failed = |what: &str, e: io::Error| {
             tracing::warn!("persistent reservation {what}: {e}");
-            PrError::Sense(Sense::internal_failure())
+            PrError::Sense(Sense::device(&e, Sense::internal_failure()))
         };
         for _ in 0..STORE_ATTEMPTS {
             let (text, version) = store.load().map_err(|e| failed("load", e))?;

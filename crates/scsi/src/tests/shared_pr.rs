@@ -20,6 +20,8 @@ struct MemStore {
     drains: bool,
     /// The SPC-2 RESERVE holder is part of the shared state.
     legacy: bool,
+    /// `store_if` fails with this kind of error.
+    fails: Option<std::io::ErrorKind>,
 }
 
 impl PrStore for MemStore {
@@ -27,6 +29,9 @@ impl PrStore for MemStore {
         Ok(self.state.lock().clone())
     }
     fn store_if(&self, version: u64, text: &str) -> std::io::Result<StoreResult> {
+        if let Some(kind) = self.fails {
+            return Err(std::io::Error::new(kind, "the store refused"));
+        }
         let mut st = self.state.lock();
         if let Some(other) = self.race.lock().take() {
             *st = (Some(other), st.1 + 1);
@@ -242,4 +247,29 @@ fn a_preempt_and_abort_elsewhere_completes_only_after_commands_under_way_here_en
         let _ = tx.send(run(&gb2, &b2, &c, &d, 0).0.status);
     });
     assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(3)), Ok(0));
+}
+
+#[test]
+fn a_store_out_of_reach_sends_the_host_to_another_path() {
+    // A replica that lost its epoch (NotConnected): NOT READY, TARGET PORT IN UNAVAILABLE
+    // STATE, which multipath hosts retry elsewhere; any other store failure: HARDWARE ERROR.
+    for (kind, sense) in [
+        (std::io::ErrorKind::NotConnected, (2, 0x04, 0x0C)),
+        (std::io::ErrorKind::Other, (4, 0x44, 0)),
+    ] {
+        let store = Arc::new(MemStore {
+            fails: Some(kind),
+            ..MemStore::default()
+        });
+        let g = gateway(&store);
+        let a = nexus(1, "iqn.a", 1);
+        g.nexus_added(&a);
+        run(&g, &a, &[0; 6], &[], 0);
+        let (c, d) = pr_out(0, 0, 0, 0xA, 0);
+        let (o, _) = run(&g, &a, &c, &d, 0);
+        assert_eq!(o.status, status::CHECK_CONDITION, "{kind:?}");
+        let s = o.sense.expect("sense data");
+        assert_eq!((s.key, s.asc, s.ascq), sense, "{kind:?}");
+        assert_eq!(store.stores.load(Ordering::SeqCst), 0);
+    }
 }
