@@ -71,6 +71,18 @@ fn gateway(store: &Arc<MemStore>) -> LunMap {
     LunMap::new(vec![(0, Arc::new(LogicalUnit::new(cfg, tpgs).unwrap()))])
 }
 
+/// One gateway over `store`; a host logs in (its unit attention taken) and registers key 0xA.
+/// Returns the gateway, the host's nexus and the registration's outcome.
+fn register_on_one_gateway(store: &Arc<MemStore>) -> (LunMap, Nexus, ScsiOutcome) {
+    let g = gateway(store);
+    let a = nexus(1, "iqn.a", 1);
+    g.nexus_added(&a);
+    run(&g, &a, &[0; 6], &[], 0);
+    let (c, d) = pr_out(0, 0, 0, 0xA, 0);
+    let o = run(&g, &a, &c, &d, 0).0;
+    (g, a, o)
+}
+
 fn generation(d: &[u8]) -> u32 {
     u32::from_be_bytes([d[0], d[1], d[2], d[3]])
 }
@@ -168,12 +180,7 @@ fn endless_conflicts_end_in_an_error() {
         always_conflict: true,
         ..Default::default()
     });
-    let g = gateway(&store);
-    let a = nexus(1, "iqn.a", 1);
-    g.nexus_added(&a);
-    run(&g, &a, &[0; 6], &[], 0);
-    let (c, d) = pr_out(0, 0, 0, 0xA, 0);
-    let (o, _) = run(&g, &a, &c, &d, 0);
+    let (g, a, o) = register_on_one_gateway(&store);
     assert_eq!(o.status, status::CHECK_CONDITION);
     assert_eq!(
         store.conflicts.load(Ordering::SeqCst),
@@ -261,12 +268,7 @@ fn a_store_out_of_reach_sends_the_host_to_another_path() {
             fails: Some(kind),
             ..MemStore::default()
         });
-        let g = gateway(&store);
-        let a = nexus(1, "iqn.a", 1);
-        g.nexus_added(&a);
-        run(&g, &a, &[0; 6], &[], 0);
-        let (c, d) = pr_out(0, 0, 0, 0xA, 0);
-        let (o, _) = run(&g, &a, &c, &d, 0);
+        let (_, _, o) = register_on_one_gateway(&store);
         assert_eq!(o.status, status::CHECK_CONDITION, "{kind:?}");
         let s = o.sense.expect("sense data");
         assert_eq!((s.key, s.asc, s.ascq), sense, "{kind:?}");
