@@ -592,9 +592,25 @@ impl Driver {
             }
             Action::ResyncProgress { remaining } => self.resync_remaining = remaining,
             Action::Event(e) => match e {
-                Event::Refused { message, reason } => {
-                    tracing::debug!(message, reason, "peer message refused")
-                }
+                Event::Refused {
+                    message,
+                    reason,
+                    drops_link: false,
+                } => tracing::debug!(message, reason, "peer message refused"),
+                Event::Refused {
+                    message,
+                    reason,
+                    drops_link: true,
+                } => tracing::warn!(
+                    peer = %self.peer,
+                    message,
+                    reason,
+                    "peer message refused: closing the peer link"
+                ),
+                Event::PeerSilent => tracing::warn!(
+                    peer = %self.peer,
+                    "nothing from the peer for the failure timeout: closing the peer link"
+                ),
                 Event::PeerLost => tracing::warn!(peer = %self.peer, "peer lost"),
                 Event::State(s) => tracing::info!(state = s, "replica state"),
                 Event::SplitBrain => tracing::error!(

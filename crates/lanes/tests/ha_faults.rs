@@ -292,12 +292,14 @@ fn faults_under_load_lose_no_acknowledged_write() {
     println!(
         "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
          {} reservation changes ({} not answered GOOD), registrations identical on all 4 paths after every fault; \
-         {} COMPARE AND WRITE rounds through both nodes, one winner each",
+         {} COMPARE AND WRITE rounds through both nodes, at most one landing each \
+         ({} with an answer NOT READY, its outcome read back)",
         campaign.elapsed(),
         load.done.load(Ordering::Relaxed),
         probe.changes,
         probe.unanswered,
         caw.rounds,
+        caw.unknown,
     );
     for (kind, (n, worst, heal)) in &per_kind {
         println!("  {kind:28} {n:4} faults, longest request {worst:?}, longest heal (Paired, 4 paths) {heal:?}");

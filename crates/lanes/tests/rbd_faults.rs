@@ -650,13 +650,15 @@ fn faults_under_load_lose_no_acknowledged_write() {
     println!(
         "campaign: {faults} faults in {:?}, {} requests, 0 errors, 0 violations; \
          {} reservation changes ({} not answered GOOD), registrations and port group states \
-         identical on every gateway after every fault; {} COMPARE AND WRITE rounds, one winner each; \
+         identical on every gateway after every fault; {} COMPARE AND WRITE rounds, at most one \
+         landing each ({} with an answer NOT READY, its outcome read back); \
          {reconnected} fenced gateways reconnected by themselves",
         campaign.elapsed(),
         load.done.load(Ordering::Relaxed),
         probe.changes,
         probe.unanswered,
         caw.rounds,
+        caw.unknown,
     );
     for (kind, (n, worst, heal)) in &per_kind {
         println!("  {kind:30} {n:4} faults, longest request {worst:?}, longest heal {heal:?}");

@@ -74,7 +74,11 @@ pub enum Event {
     Refused {
         message: &'static str,
         reason: &'static str,
+        /// The core closes the connection for it (the driver should say so loudly).
+        drops_link: bool,
     },
+    /// Nothing came from the peer for the failure timeout: the core closes the connection.
+    PeerSilent,
     /// The peer is lost (connection down or heartbeats missed).
     PeerLost,
     /// The state changed.

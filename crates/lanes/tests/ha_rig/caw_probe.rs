@@ -1,7 +1,12 @@
 //! The fault campaign's COMPARE AND WRITE check: a third host races COMPARE AND WRITEs
 //! through node 1 and node 2 at once on one block (VMware ATS-style: both expect the block's
-//! current value, each writes its own new value). Per round exactly one may win; the loser
-//! must see MISCOMPARE, and the block then holds the winner's value on every path.
+//! current value, each writes its own new value). Per round at most one may land; a GOOD
+//! answer means it did, a MISCOMPARE is only right if the other one landed, and the block then
+//! holds the lander's value on every path.
+//!
+//! A COMPARE AND WRITE answered NOT READY (the path's node lost its peer while it was in
+//! flight: the outcome is unknown to that node, and the host retries elsewhere) may or may not
+//! have landed: the block read back says which, and it must agree with the other answer.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,6 +27,8 @@ const BOUND: Duration = Duration::from_secs(4);
 enum Outcome {
     Written,
     Miscompare,
+    /// CHECK CONDITION, NOT READY: not executed here, or its outcome unknown to this node.
+    NotReady(String),
     /// Anything else, described.
     Other(String),
 }
@@ -31,6 +38,8 @@ pub struct CawProbe {
     /// The value the block holds (a round counter tagged with the winner), 0 = never written.
     current: u64,
     pub rounds: u64,
+    /// Rounds in which a racer was answered NOT READY (its outcome read back).
+    pub unknown: u64,
     /// The LUN's logical block size (one block per COMPARE AND WRITE).
     block: usize,
 }
@@ -83,6 +92,7 @@ async fn compare_and_write(s: &Session, block: usize, expect: u64, new: u64) -> 
             (0, 0, _) => return Outcome::Written,
             (0, 2, Some(6)) => continue, // unit attention: reported once, send again
             (0, 2, Some(0x0E)) => return Outcome::Miscompare,
+            (0, 2, Some(2)) => return Outcome::NotReady(format!("{:?}", o.sense_triplet())),
             _ => {
                 return Outcome::Other(format!(
                     "response {} status {} sense {:?}",
@@ -96,9 +106,13 @@ async fn compare_and_write(s: &Session, block: usize, expect: u64, new: u64) -> 
     Outcome::Other("unit attentions without end".into())
 }
 
+/// The block's value through `s`. A path answering NOT READY (its node resyncing after a
+/// peer loss) is asked again, as a host would, until BOUND has passed.
 async fn read_value(s: &Session) -> Result<u64, String> {
-    for _ in 0..8 {
-        match tokio::time::timeout(BOUND, s.read(LBA, 1)).await {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let mut attentions = 0;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(LBA, 1)).await {
             Ok(Ok(b)) => {
                 let v = u64::from_le_bytes(b[..8].try_into().unwrap());
                 if b.chunks_exact(8).any(|c| c != &b[..8]) {
@@ -109,12 +123,15 @@ async fn read_value(s: &Session) -> Result<u64, String> {
             Ok(Err(lanes_initiator::Error::Scsi {
                 sense: Some((6, _, _)),
                 ..
-            })) => continue,
+            })) if attentions < 8 => attentions += 1,
+            Ok(Err(lanes_initiator::Error::Scsi {
+                sense: Some((2, _, _)),
+                ..
+            })) => tokio::time::sleep(Duration::from_millis(20)).await,
             Ok(Err(e)) => return Err(format!("read: {e}")),
-            Err(_) => return Err("read timed out".into()),
+            Err(_) => return Err(format!("read: no data within {BOUND:?}")),
         }
     }
-    Err("read: unit attentions without end".into())
 }
 
 impl CawProbe {
@@ -123,6 +140,7 @@ impl CawProbe {
         CawProbe {
             current: 0,
             rounds: 0,
+            unknown: 0,
             block,
         }
     }
@@ -159,27 +177,63 @@ impl CawProbe {
                 compare_and_write(a, self.block, self.current, va),
                 compare_and_write(b, self.block, self.current, vb)
             );
-            let won = match (oa, ob) {
-                (Outcome::Written, Outcome::Miscompare) => va,
-                (Outcome::Miscompare, Outcome::Written) => vb,
+            let settled = match (&oa, &ob) {
+                (Outcome::Written, Outcome::Miscompare) => Some(va),
+                (Outcome::Miscompare, Outcome::Written) => Some(vb),
                 (Outcome::Written, Outcome::Written) => {
                     return Err(format!(
                         "round {r}: COMPARE AND WRITE won through both portals alike"
                     ))
                 }
+                (
+                    Outcome::NotReady(_),
+                    Outcome::Written | Outcome::Miscompare | Outcome::NotReady(_),
+                )
+                | (Outcome::Written | Outcome::Miscompare, Outcome::NotReady(_)) => None,
                 other => {
                     return Err(format!(
                         "round {r}: outcomes {other:?} (one winner expected)"
                     ))
                 }
             };
-            for (side, s) in [("first", a), ("second", b)] {
-                let seen = read_value(s).await?;
-                if seen != won {
-                    return Err(format!(
-                        "round {r}: the {side} portal reads {seen:#x}, the winner wrote {won:#x}"
-                    ));
+            let mut seen = Vec::with_capacity(2);
+            for s in [a, b] {
+                seen.push(read_value(s).await?);
+            }
+            if seen[0] != seen[1] {
+                return Err(format!(
+                    "round {r}: the portals read {:#x} and {:#x} after {oa:?}, {ob:?}",
+                    seen[0], seen[1]
+                ));
+            }
+            let landed = seen[0];
+            let won = match settled {
+                Some(won) => won,
+                None => {
+                    self.unknown += 1;
+                    // Who may hold the block, given each answer.
+                    let fits = |o: &Outcome, mine: u64, theirs: u64| match o {
+                        Outcome::Written => landed == mine,
+                        Outcome::Miscompare => landed == theirs,
+                        _ => true,
+                    };
+                    let possible = [self.current, va, vb].contains(&landed)
+                        && fits(&oa, va, vb)
+                        && fits(&ob, vb, va);
+                    if !possible {
+                        return Err(format!(
+                            "round {r}: the block holds {landed:#x} after {oa:?}, {ob:?} \
+                             (it held {:#x}; the racers wrote {va:#x} and {vb:#x})",
+                            self.current
+                        ));
+                    }
+                    landed
                 }
+            };
+            if landed != won {
+                return Err(format!(
+                    "round {r}: the portals read {landed:#x}, the winner wrote {won:#x}"
+                ));
             }
             self.current = won;
         }

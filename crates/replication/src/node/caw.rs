@@ -152,8 +152,7 @@ impl Replica {
     /// The leader: a CAW the follower forwarded.
     pub(super) fn on_caw(&mut self, now: Nanos, c: Caw) {
         if !self.caw_valid(c.lba, c.blocks, &c.verify, &c.write) {
-            self.refuse("Caw", "malformed");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "Caw", "malformed");
             return;
         }
         let refuse = |r: &mut Replica| {

@@ -103,8 +103,7 @@ impl Replica {
             return;
         }
         if msg.header.node != self.peer() {
-            self.refuse(name, "wrong node");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, name, "wrong node");
             return;
         }
         let c = channel_index(msg.body.channel());
@@ -114,8 +113,7 @@ impl Replica {
             return;
         }
         if msg.header.seq != self.recv_seq[c] + 1 {
-            self.refuse(name, "sequence gap");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, name, "sequence gap");
             return;
         }
         self.recv_seq[c] = msg.header.seq;
@@ -127,13 +125,11 @@ impl Replica {
         let heartbeat = matches!(msg.body, Body::Heartbeat(_) | Body::HeartbeatAck(_));
         match self.link {
             Link::Handshake { .. } if !handshake_msg && !heartbeat => {
-                self.refuse(name, "during handshake");
-                self.drop_peer(now);
+                self.refuse_and_drop(now, name, "during handshake");
                 return;
             }
             Link::Up if handshake_msg => {
-                self.refuse(name, "after handshake");
-                self.drop_peer(now);
+                self.refuse_and_drop(now, name, "after handshake");
                 return;
             }
             Link::Up if msg.header.epoch < self.epoch => {
@@ -143,8 +139,7 @@ impl Replica {
                 return;
             }
             Link::Up if msg.header.epoch > self.epoch => {
-                self.refuse(name, "newer epoch");
-                self.drop_peer(now);
+                self.refuse_and_drop(now, name, "newer epoch");
                 return;
             }
             _ => {}
@@ -189,6 +184,7 @@ impl Replica {
     pub fn tick(&mut self, now: Nanos) {
         if self.link != Link::Down {
             if now.saturating_sub(self.last_heard) > self.cfg.failure_timeout() {
+                self.event(Event::PeerSilent);
                 self.drop_peer(now);
             } else if now >= self.next_heartbeat {
                 self.send(Body::Heartbeat(Heartbeat { sent_at: now }));
@@ -354,6 +350,7 @@ impl Replica {
             self.event(Event::Refused {
                 message: "race result",
                 reason: "no race open",
+                drops_link: false,
             });
             return;
         };

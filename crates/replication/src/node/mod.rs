@@ -412,7 +412,22 @@ impl Replica {
 
     fn refuse(&mut self, message: &'static str, reason: &'static str) {
         self.stats.refused += 1;
-        self.event(Event::Refused { message, reason });
+        self.event(Event::Refused {
+            message,
+            reason,
+            drops_link: false,
+        });
+    }
+
+    /// Refuse a message that breaks the session's rules, and close the connection for it.
+    fn refuse_and_drop(&mut self, now: Nanos, message: &'static str, reason: &'static str) {
+        self.stats.refused += 1;
+        self.event(Event::Refused {
+            message,
+            reason,
+            drops_link: true,
+        });
+        self.drop_peer(now);
     }
 
     fn set_state(&mut self, new: State) {

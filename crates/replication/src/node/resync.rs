@@ -203,8 +203,7 @@ impl Replica {
             return;
         };
         if !matches || hello.is_some() {
-            self.refuse("Hello", "version, size or repeat mismatch");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "Hello", "version, size or repeat mismatch");
             return;
         }
         self.last_peer_wseq = h.next_wseq.saturating_sub(1);
@@ -227,15 +226,13 @@ impl Replica {
             suspect: sus,
         } = &mut self.link
         else {
-            self.refuse(name, "before Hello");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, name, "before Hello");
             return;
         };
         let bits = if suspect { sus } else { bits };
         let first = usize::try_from(first_word).unwrap_or(usize::MAX);
         if first > bits.len() || bits.len() - first < words.len() {
-            self.refuse(name, "out of range");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, name, "out of range");
             return;
         }
         for (d, s) in bits[first..].iter_mut().zip(&words) {
@@ -252,8 +249,7 @@ impl Replica {
         } = link
         else {
             self.link = link;
-            self.refuse("BitmapEnd", "before Hello");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "BitmapEnd", "before Hello");
             return;
         };
         // Regions past the end of the LUN are not ours to copy.
@@ -261,8 +257,7 @@ impl Replica {
         meta::set_range(&mut peer_bits, regions, u64::MAX, false);
         meta::set_range(&mut peer_suspect, regions, u64::MAX, false);
         if meta::count_set(&peer_bits) != end.set_bits {
-            self.refuse("BitmapEnd", "bitmap incomplete");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "BitmapEnd", "bitmap incomplete");
             return;
         }
         let me = self.my_hello();
@@ -493,8 +488,7 @@ impl Replica {
                 ((e1 - e0) as usize) < self.al.capacity()
             };
         if !valid {
-            self.refuse("ResyncData", "malformed");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "ResyncData", "malformed");
             return;
         }
         let op = Op::new(
@@ -506,8 +500,7 @@ impl Replica {
             self.session,
         );
         let Some(slot) = self.ops.insert(op) else {
-            self.refuse("ResyncData", "too many operations in flight");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "ResyncData", "too many operations in flight");
             return;
         };
         self.admit_other(slot);
@@ -526,8 +519,7 @@ impl Replica {
                 .is_some_and(|e| e <= self.cfg.lun_blocks)
             && d.sums.len() as u64 == u64::from(d.blocks) * SUM_BYTES as u64;
         if !valid {
-            self.refuse("ResyncSums", "malformed");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "ResyncSums", "malformed");
             return;
         }
         let op = Op::new(
@@ -539,8 +531,7 @@ impl Replica {
             self.session,
         );
         let Some(slot) = self.ops.insert(op) else {
-            self.refuse("ResyncSums", "too many operations in flight");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "ResyncSums", "too many operations in flight");
             return;
         };
         self.admit_other(slot);
@@ -559,8 +550,7 @@ impl Replica {
             return;
         };
         if a.differ.len() != (a.blocks as usize).div_ceil(8) {
-            self.refuse("ResyncDiffer", "malformed");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "ResyncDiffer", "malformed");
             return;
         }
         sync.summed.swap_remove(i);

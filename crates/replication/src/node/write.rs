@@ -477,8 +477,7 @@ impl Replica {
                 ((e1 - e0) as usize) < self.al.capacity()
             };
         if !valid {
-            self.refuse("Write", "malformed");
-            self.drop_peer(now);
+            self.refuse_and_drop(now, "Write", "malformed");
             return;
         }
         if w.wseq <= self.last_peer_wseq {
@@ -542,8 +541,7 @@ impl Replica {
             };
             let op = Op::new(kind, w.lba, w.blocks, w.fua, w.data, self.session);
             let Some(slot) = self.ops.insert(op) else {
-                self.refuse("Write", "too many writes in flight");
-                self.drop_peer(now);
+                self.refuse_and_drop(now, "Write", "too many writes in flight");
                 return;
             };
             self.admit_other(slot);
