@@ -238,6 +238,10 @@ pub async fn run(
         ready: Vec::new(),
         r2ts: Vec::new(),
         luns: session.target.as_ref().map(|t| t.luns.view()),
+        read_piece: crate::data_in::read_piece(crate::data_in::Grid::new(
+            params.max_xmit_data_segment_length,
+            session.params.max_burst_length,
+        )),
         pool,
     };
     let end = conn.serve(rd, buf, released_rx).await;
@@ -305,6 +309,8 @@ pub(crate) struct Connection {
     pool: Arc<BufferPool>,
     /// The target's LUN map as of the last command (`None` in discovery sessions).
     luns: Option<crate::target::LunView>,
+    /// Piece size of READs sent as they are read (asynchronous storage), on the writer's grid.
+    read_piece: usize,
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.
     ready: Vec<Pdu>,
     r2ts: Vec<R2tRequest>,
@@ -579,8 +585,8 @@ impl Connection {
             luns,
             c,
             Vec::new(),
-            0,
-            0,
+            (0, 0),
+            self.read_piece,
         );
     }
 

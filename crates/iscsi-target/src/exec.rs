@@ -3,7 +3,7 @@
 use crate::pool::BufferPool;
 use crate::send_queue::OutSender;
 use crate::session::Session;
-use crate::writer::{Outbound, ScsiDone};
+use crate::writer::{DataInPart, Outbound, ScsiDone};
 use bytes::{Bytes, BytesMut};
 use iscsi_proto::pdu::{task_attr, ScsiCommand};
 use std::sync::Arc;
@@ -17,6 +17,36 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
     }
 }
 
+/// Hands a streamed READ's pieces to the connection's writer while the task lives.
+struct PartSink {
+    session: Arc<Session>,
+    out: OutSender,
+    pool: Arc<BufferPool>,
+    itt: u32,
+    lun: u64,
+}
+
+impl scsi::aio::ReadSink for PartSink {
+    fn buffer(&mut self, len: usize) -> BytesMut {
+        self.pool.get(len)
+    }
+
+    fn part(&mut self, offset: usize, data: Bytes) -> bool {
+        let Ok(offset) = u32::try_from(offset) else {
+            return false;
+        };
+        let (itt, lun, out) = (self.itt, self.lun, &self.out);
+        self.session.while_live(itt, || {
+            let _ = out.send(Outbound::DataInPart(DataInPart {
+                itt,
+                lun,
+                offset,
+                data,
+            }));
+        })
+    }
+}
+
 /// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
 /// aborted meanwhile (then no response is sent: task management answers for it).
 ///
@@ -25,7 +55,8 @@ fn attribute(attr: u8) -> scsi::TaskAttribute {
 /// cache and buffered WRITEs the device takes without sleeping (RWF_NOWAIT) run right here on
 /// the connection's task (`execute_nowait`); other buffered
 /// WRITEs run on the write lanes ([`crate::write_lanes`]); everything else runs on the
-/// blocking pool.
+/// blocking pool. A READ of such a device longer than `read_piece` bytes is read in pieces of
+/// that size, each sent as soon as it and those before it are read.
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
     session: Arc<Session>,
@@ -34,8 +65,8 @@ pub fn spawn(
     luns: Option<&Arc<scsi::LunMap>>,
     cmd: ScsiCommand,
     segments: Vec<Bytes>,
-    received: u32,
-    r2t_count: u32,
+    (received, r2t_count): (u32, u32),
+    read_piece: usize,
 ) {
     if let (Some(luns), None) = (luns, &cmd.extended_cdb) {
         let lun = crate::tmf::lun_number(cmd.lun);
@@ -43,16 +74,29 @@ pub fn spawn(
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
         // Storage with asynchronous I/O (RBD): submitted here, ended by a task when the
         // storage completes it; no thread waits for it.
-        data_in = match luns.submit(&req, data_in) {
+        // Only a READ longer than a piece can be streamed: no sink for the others.
+        let long = cmd.expected_data_length as usize > read_piece;
+        let stream = (cmd.read && read_piece > 0 && long).then(|| scsi::aio::Streamed {
+            piece: read_piece,
+            sink: Box::new(PartSink {
+                session: session.clone(),
+                out: out.clone(),
+                pool: pool.clone(),
+                itt: cmd.itt,
+                lun: cmd.lun,
+            }),
+        });
+        data_in = match luns.submit(&req, data_in, stream) {
             Ok(submitted) => {
                 let luns = luns.clone();
                 tokio::spawn(async move {
-                    let (outcome, data_in) = submitted.await;
+                    let ended = submitted.await;
                     let done = Finished {
                         lun,
                         cdb: &cmd.cdb,
-                        outcome,
-                        data_in,
+                        outcome: ended.outcome,
+                        data_in: ended.data_in,
+                        data_offset: u32::try_from(ended.handed).unwrap_or(u32::MAX),
                         received,
                         r2t_count,
                     };
@@ -68,6 +112,7 @@ pub fn spawn(
                 cdb: &cmd.cdb,
                 outcome,
                 data_in,
+                data_offset: 0,
                 received,
                 r2t_count,
             };
@@ -107,6 +152,7 @@ pub fn spawn(
             cdb,
             outcome,
             data_in,
+            data_offset: 0,
             received,
             r2t_count,
         };
@@ -152,6 +198,8 @@ struct Finished<'a> {
     cdb: &'a [u8],
     outcome: scsi::ScsiOutcome,
     data_in: BytesMut,
+    /// Bytes of data-in already sent as parts (a streamed READ).
+    data_offset: u32,
     received: u32,
     r2t_count: u32,
 }
@@ -178,6 +226,7 @@ fn respond(
         status: f.outcome.status,
         sense,
         data_in: f.data_in.freeze(),
+        data_offset: f.data_offset,
         edtl: cmd.expected_data_length,
         read: cmd.read,
         write: cmd.write,
@@ -205,6 +254,7 @@ fn unexecuted_done(cmd: &ScsiCommand, status: u8, sense: Option<Bytes>) -> ScsiD
         status,
         sense,
         data_in: Bytes::new(),
+        data_offset: 0,
         edtl: cmd.expected_data_length,
         read: cmd.read,
         write: cmd.write,

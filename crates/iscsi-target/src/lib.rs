@@ -5,6 +5,7 @@
 
 pub mod config;
 mod connection;
+mod data_in;
 mod exec;
 mod limits;
 mod listen;

@@ -71,6 +71,7 @@ pub fn weight(msg: &Outbound) -> usize {
         Outbound::Scsi(done) => {
             BHS_LEN + done.data_in.len() + done.sense.as_ref().map_or(0, |s| s.len())
         }
+        Outbound::DataInPart(p) => BHS_LEN + p.data.len(),
         Outbound::Close => 0,
     }
 }

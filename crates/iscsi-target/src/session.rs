@@ -203,6 +203,20 @@ impl Session {
         self.finish_task(itt, |_| ());
     }
 
+    /// Runs `send` (which queues a piece of the task's data-in) under the task-table lock if
+    /// the task is still under way and not aborted: nothing of an aborted task goes out after
+    /// its abort was decided. `false` when it did not run.
+    pub fn while_live(&self, itt: u32, send: impl FnOnce()) -> bool {
+        let tasks = self.tasks.lock();
+        match tasks.get(&itt) {
+            Some(t) if !t.aborted => {
+                send();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Ends a task, running `respond` (which queues its response) under the task-table lock
     /// unless the task was aborted: a task is either answered or aborted, never both, so an
     /// ABORT TASK racing with completion gets "task does not exist" exactly when the response

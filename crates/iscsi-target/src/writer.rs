@@ -1,12 +1,14 @@
 //! The sending half of a connection: numbers responses with StatSN, lays out Data-In sequences
 //! and writes every queued PDU of a wake-up in one vectored write.
 
+use crate::data_in::Grid;
+pub use crate::data_in::{DataInPart, ScsiDone};
 use crate::pool::BufferPool;
 use crate::send_queue::{weight, Backlog};
 use crate::session::Session;
 use crate::stats::ConnectionStats;
 use bytes::{Bytes, BytesMut};
-use iscsi_proto::pdu::{DataIn, Framer, Pdu, ScsiResponse, RESERVED_TAG};
+use iscsi_proto::pdu::{Framer, Pdu, RESERVED_TAG};
 use std::io::IoSlice;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -16,32 +18,15 @@ use tokio::sync::mpsc;
 /// Most PDUs gathered into one vectored write.
 const BATCH_PDUS: usize = 64;
 
-/// The result of one SCSI command, to be sent as Data-In PDUs and/or a SCSI Response.
-pub struct ScsiDone {
-    pub itt: u32,
-    pub lun: u64,
-    pub status: u8,
-    /// Sense bytes (fixed or descriptor format), without the SenseLength prefix.
-    pub sense: Option<Bytes>,
-    /// Data-In payload as produced by the logical unit (may exceed `edtl`).
-    pub data_in: Bytes,
-    /// Expected Data Transfer Length of the command.
-    pub edtl: u32,
-    pub read: bool,
-    pub write: bool,
-    /// Bytes of data-out the CDB called for (for write residuals).
-    pub write_expected: Option<u32>,
-    /// Bytes of data-out the initiator actually sent.
-    pub write_received: u32,
-    /// R2Ts sent for this command (ExpDataSN counts them, RFC 7143 11.4.6).
-    pub r2t_count: u32,
-}
-
 /// What the connection's other tasks ask the writer to send.
 pub enum Outbound {
     /// A PDU; StatSN, ExpCmdSN and MaxCmdSN are filled in here.
     Pdu(Pdu),
     Scsi(ScsiDone),
+    /// Data-In of a READ still being read, sent ahead of its `Scsi` (which carries the rest
+    /// and the status). `offset` and the end of `data` are Data-In PDU boundaries: multiples
+    /// of [`read_piece`].
+    DataInPart(DataInPart),
     /// Flush what is queued, then close the socket (after a Logout Response or a fatal error).
     Close,
 }
@@ -93,6 +78,10 @@ pub struct Writer {
 }
 
 impl Writer {
+    fn grid(&self) -> Grid {
+        Grid::new(self.max_xmit, self.max_burst)
+    }
+
     pub async fn run(self, rx: mpsc::UnboundedReceiver<Outbound>) -> std::io::Result<()> {
         let backlog = self.backlog.clone();
         let result = self.send_all(rx).await;
@@ -114,7 +103,10 @@ impl Writer {
                 taken += weight(&msg);
                 match msg {
                     Outbound::Pdu(p) => pdus.push(p),
-                    Outbound::Scsi(done) => self.lay_out(done, &mut pdus),
+                    Outbound::Scsi(done) => self.grid().lay_out(done, &mut pdus, &mut self.sent),
+                    Outbound::DataInPart(part) => {
+                        self.grid().lay_out_part(part, &mut pdus, &mut self.sent)
+                    }
                     Outbound::Close => {
                         close = true;
                         break;
@@ -173,98 +165,6 @@ impl Writer {
         }
         self.stats.add_out(count, total);
         Ok(())
-    }
-
-    /// Turns a completed command into Data-In PDUs (the last one carrying status when there is
-    /// no sense: phase collapse, RFC 7143 11.7.4) and, if needed, a SCSI Response.
-    fn lay_out(&mut self, done: ScsiDone, out: &mut Vec<Pdu>) {
-        let mut data = done.data_in;
-        let (mut overflow, mut underflow, mut residual) = (false, false, 0u32);
-        if done.read {
-            let produced = u32::try_from(data.len()).unwrap_or(u32::MAX);
-            if produced > done.edtl {
-                overflow = true;
-                residual = produced - done.edtl;
-                data.truncate(done.edtl as usize);
-            } else if produced < done.edtl {
-                underflow = true;
-                residual = done.edtl - produced;
-            }
-        } else if done.write {
-            let wanted = done.write_expected.unwrap_or(done.write_received);
-            if wanted > done.edtl {
-                overflow = true;
-                residual = wanted - done.edtl;
-            } else if wanted < done.edtl {
-                underflow = true;
-                residual = done.edtl - wanted;
-            }
-        } else if done.edtl > 0 {
-            // No data phase expected by the CDB but the initiator announced some.
-            let wanted = done.write_expected.unwrap_or(0);
-            if wanted < done.edtl {
-                underflow = true;
-                residual = done.edtl - wanted;
-            }
-        }
-        if !done.read {
-            data.clear();
-        }
-        let collapse = done.sense.is_none() && !data.is_empty();
-        let seg = self.max_xmit.max(512) as usize;
-        let burst = self.max_burst.max(self.max_xmit).max(512) as usize;
-        let total = data.len();
-        let mut offset = 0usize;
-        let mut data_sn = 0u32;
-        while offset < total {
-            let burst_end = ((offset / burst) + 1) * burst;
-            let len = seg.min(total - offset).min(burst_end - offset);
-            let last = offset + len == total;
-            let status_here = last && collapse;
-            out.push(Pdu::DataIn(DataIn {
-                final_bit: last || offset + len == burst_end,
-                status_present: status_here,
-                status: if status_here { done.status } else { 0 },
-                overflow: status_here && overflow,
-                underflow: status_here && underflow,
-                residual: if status_here { residual } else { 0 },
-                lun: if status_here { 0 } else { done.lun },
-                itt: done.itt,
-                ttt: RESERVED_TAG,
-                data_sn,
-                buffer_offset: offset as u32,
-                data: data.slice(offset..offset + len),
-                ..DataIn::default()
-            }));
-            offset += len;
-            data_sn = data_sn.wrapping_add(1);
-        }
-        if !data.is_empty() {
-            self.sent.push(data);
-        }
-        if collapse {
-            return;
-        }
-        let sense = match done.sense {
-            Some(s) => {
-                let mut b = BytesMut::with_capacity(2 + s.len());
-                b.extend_from_slice(&(s.len() as u16).to_be_bytes());
-                b.extend_from_slice(&s);
-                b.freeze()
-            }
-            None => Bytes::new(),
-        };
-        out.push(Pdu::ScsiResponse(ScsiResponse {
-            overflow,
-            underflow,
-            residual,
-            response: 0,
-            status: done.status,
-            itt: done.itt,
-            exp_data_sn: data_sn.wrapping_add(done.r2t_count),
-            data: sense,
-            ..ScsiResponse::default()
-        }));
     }
 }
 

@@ -24,8 +24,34 @@ use crate::lun::LogicalUnit;
 use crate::sense::Sense;
 use crate::{ScsiOutcome, ScsiRequest};
 
-/// A READ or WRITE submitted to the storage; resolves to its outcome and data-in buffer.
-pub type Submitted = std::pin::Pin<Box<dyn Future<Output = (ScsiOutcome, BytesMut)> + Send>>;
+/// A READ or WRITE submitted to the storage; resolves once the storage has completed it.
+pub type Submitted = std::pin::Pin<Box<dyn Future<Output = Ended> + Send>>;
+
+/// How a submitted command ended.
+pub struct Ended {
+    pub outcome: ScsiOutcome,
+    /// The data-in still to send: all of it, or what follows the pieces handed on.
+    pub data_in: BytesMut,
+    /// Bytes of data-in handed to a [`ReadSink`] before `data_in` (0 unless streamed).
+    pub handed: usize,
+}
+
+/// Where a READ cut in pieces hands each piece on as soon as it and every piece before it have
+/// been read, so the transport sends the first bytes while the storage still reads the last.
+pub trait ReadSink: Send {
+    /// An empty buffer with room for `len` bytes (the transport's own, for reuse).
+    fn buffer(&mut self, len: usize) -> BytesMut;
+    /// The piece at byte `offset` of the data-in. `false` once the command is gone (aborted,
+    /// its connection closed): nothing more is handed on.
+    fn part(&mut self, offset: usize, data: Bytes) -> bool;
+}
+
+/// A READ to read in pieces of `piece` bytes, each but the last handed to `sink` in order (the
+/// last ends the command, with its status).
+pub struct Streamed {
+    pub piece: usize,
+    pub sink: Box<dyn ReadSink>,
+}
 
 fn lost() -> std::io::Error {
     std::io::Error::other("the storage dropped the request")
@@ -39,11 +65,13 @@ impl LogicalUnit {
 
     /// Submits a plain READ or WRITE to a device with asynchronous I/O. `Err(data_in)` (the
     /// buffer back, untouched) when the command is not one this path takes: the caller then
-    /// runs [`LogicalUnit::execute`] on a blocking thread.
+    /// runs [`LogicalUnit::execute`] on a blocking thread. A READ longer than `stream`'s piece
+    /// (and within the transfer length) is read in pieces handed to its sink as they come.
     pub fn submit(
         self: &Arc<Self>,
         req: &ScsiRequest<'_>,
         mut data_in: BytesMut,
+        stream: Option<Streamed>,
     ) -> Result<Submitted, BytesMut> {
         let Some(opcode) = req.cdb.first().copied() else {
             return Err(data_in);
@@ -77,6 +105,21 @@ impl LogicalUnit {
                     return Err(data_in);
                 }
                 let n = (u64::from(r.blocks) * bs) as usize;
+                // Pieces only when this READ is the only command under way on the LU: each
+                // piece is an operation of the storage's own (about as costly as a whole
+                // READ for the OSDs), so with commands queued behind it the storage is
+                // better kept busy with whole READs than with one READ's pieces.
+                let alone = self.drain.under_way() <= 1;
+                if let Some(s) = stream.filter(|s| {
+                    alone
+                        && s.piece > 0
+                        && n > s.piece
+                        && data_in.is_empty()
+                        && n <= req.data_in_limit as usize
+                }) {
+                    let lu = self.clone();
+                    return Ok(streamed_read(lu, under_way, r.lba * bs, n, data_in, s));
+                }
                 let start = data_in.len();
                 // The device fills a buffer of its own: the bytes after what data_in holds.
                 data_in.resize(start + n, 0);
@@ -92,15 +135,15 @@ impl LogicalUnit {
                     match wait.await {
                         Some((Ok(()), buf)) => {
                             data_in.unsplit(buf);
-                            (ScsiOutcome::good(), data_in)
+                            ended(ScsiOutcome::good(), data_in)
                         }
                         Some((Err(e), _)) => {
                             data_in.clear();
-                            (read_failed(&e), data_in)
+                            ended(read_failed(&e), data_in)
                         }
                         None => {
                             data_in.clear();
-                            (read_failed(&lost()), data_in)
+                            ended(read_failed(&lost()), data_in)
                         }
                     }
                 }))
@@ -136,7 +179,7 @@ impl LogicalUnit {
                         Ok(()) => ScsiOutcome::good(),
                         Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
                     };
-                    (outcome, data_in)
+                    ended(outcome, data_in)
                 }))
             }
             Command::WriteSame {
@@ -181,7 +224,7 @@ impl LogicalUnit {
                 let Some(data) = plan else {
                     return Ok(Box::pin(async move {
                         let _under_way = under_way;
-                        (ScsiOutcome::good(), data_in)
+                        ended(ScsiOutcome::good(), data_in)
                     }));
                 };
                 let mut write = Bytes::from(data);
@@ -197,12 +240,89 @@ impl LogicalUnit {
                         Ok(Some(i)) => ScsiOutcome::check(Sense::miscompare(i)),
                         Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
                     };
-                    (outcome, data_in)
+                    ended(outcome, data_in)
                 }))
             }
             _ => Err(data_in),
         }
     }
+}
+
+fn ended(outcome: ScsiOutcome, data_in: BytesMut) -> Ended {
+    Ended {
+        outcome,
+        data_in,
+        handed: 0,
+    }
+}
+
+/// A READ of `n` bytes at byte `offset` in pieces, all submitted at once; each but the last is
+/// handed to the sink once it and those before it are read. The last is read into `data_in`.
+/// A failed piece ends the command with CHECK CONDITION after the pieces before it; every
+/// piece is waited for, so the command is under way until the storage is done with it.
+fn streamed_read(
+    lu: Arc<LogicalUnit>,
+    under_way: crate::drain::OwnedTicket,
+    offset: u64,
+    n: usize,
+    mut data_in: BytesMut,
+    mut s: Streamed,
+) -> Submitted {
+    let count = n.div_ceil(s.piece);
+    let mut waits = Vec::with_capacity(count);
+    if let Some(aio) = lu.cfg.device.aio() {
+        for i in 0..count {
+            let at = i * s.piece;
+            let len = s.piece.min(n - at);
+            let mut buf = if i + 1 == count {
+                std::mem::take(&mut data_in)
+            } else {
+                s.sink.buffer(len)
+            };
+            buf.resize(len, 0);
+            let (done, wait) = aio_pair();
+            aio.read(buf, offset + at as u64, done);
+            waits.push(wait);
+        }
+    }
+    Box::pin(async move {
+        let (_under_way, _lu) = (under_way, lu);
+        let mut failed: Option<std::io::Error> = None;
+        let (mut handed, mut live) = (0usize, true);
+        let mut last = BytesMut::new();
+        for (i, wait) in waits.into_iter().enumerate() {
+            match wait.await {
+                Some((Ok(()), buf)) if failed.is_none() => {
+                    if i + 1 == count {
+                        last = buf;
+                    } else if live {
+                        let len = buf.len();
+                        live = s.sink.part(handed, buf.freeze());
+                        handed += len;
+                    }
+                }
+                Some((Ok(()), _)) => {}
+                Some((Err(e), _)) => {
+                    failed.get_or_insert(e);
+                }
+                None => {
+                    failed.get_or_insert_with(lost);
+                }
+            }
+        }
+        let outcome = match failed {
+            None => ScsiOutcome::good(),
+            Some(e) => {
+                last.clear();
+                read_failed(&e)
+            }
+        };
+        Ended {
+            outcome,
+            data_in: last,
+            handed,
+        }
+    })
 }
 
 /// Ends a command once every one of `waits` is done (the first failure answers), with a flush
@@ -227,7 +347,7 @@ fn written(
             Ok(()) => flushed(&lu, flush).await,
             Err(e) => ScsiOutcome::check(Sense::device(&e, Sense::write_error())),
         };
-        (outcome, data_in)
+        ended(outcome, data_in)
     })
 }
 

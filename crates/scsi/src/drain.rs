@@ -71,6 +71,11 @@ impl Drain {
         Ticket { drain: self, slot }
     }
 
+    /// Commands under way now (either epoch): a hint, not a synchronization.
+    pub(crate) fn under_way(&self) -> u64 {
+        self.active.iter().map(|a| a.load(Ordering::Relaxed)).sum()
+    }
+
     /// Waits until every command that entered before this call has ended, at most `timeout`;
     /// false when some are still running then.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {

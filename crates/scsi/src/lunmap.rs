@@ -111,9 +111,10 @@ impl LunMap {
         &self,
         req: &ScsiRequest<'_>,
         data_in: BytesMut,
+        stream: Option<crate::aio::Streamed>,
     ) -> Result<crate::aio::Submitted, BytesMut> {
         match self.get(req.lun) {
-            Some(lu) if lu.has_aio() => lu.submit(req, data_in),
+            Some(lu) if lu.has_aio() => lu.submit(req, data_in, stream),
             _ => Err(data_in),
         }
     }

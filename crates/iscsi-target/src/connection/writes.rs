@@ -178,8 +178,8 @@ impl Connection {
             luns,
             c,
             w.segments,
-            received,
-            tracker.r2t_count(),
+            (received, tracker.r2t_count()),
+            0,
         );
     }
 

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+mod stream;
+
 enum Queued {
     Read(BytesMut, u64, AioCompletion<ReadDone>),
     Write(Vec<Bytes>, u64, AioCompletion<std::io::Result<()>>),
@@ -46,6 +48,18 @@ impl HeldMemory {
 
     fn queued(&self) -> usize {
         self.queue.lock().len()
+    }
+
+    /// Completes the `i`-th queued request (a read) alone, failed with `fail` if given.
+    fn complete_read(&self, i: usize, fail: Option<std::io::ErrorKind>) {
+        let Queued::Read(mut buf, off, done) = self.queue.lock().remove(i) else {
+            panic!("request {i} is not a read");
+        };
+        let r = match fail {
+            Some(kind) => Err(std::io::Error::new(kind, "refused")),
+            None => self.mem.read_at(&mut buf, off),
+        };
+        done.complete((r, buf));
     }
 
     /// Completes the queued requests in order, as the storage would.
@@ -181,12 +195,14 @@ fn held() -> (Arc<HeldMemory>, Arc<LogicalUnit>) {
 }
 
 fn poll(f: &mut crate::aio::Submitted) -> Poll<(ScsiOutcome, BytesMut)> {
-    f.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    f.as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .map(|e| (e.outcome, e.data_in))
 }
 
 fn submit(lu: &Arc<LogicalUnit>, n: &Nexus, cdb: &[u8], data: &[u8]) -> crate::aio::Submitted {
     let segs = segments(data);
-    match lu.submit(&request(n, cdb, &segs, 1 << 20), BytesMut::new()) {
+    match lu.submit(&request(n, cdb, &segs, 1 << 20), BytesMut::new(), None) {
         Ok(s) => s,
         Err(_) => panic!("declined"),
     }
@@ -275,32 +291,32 @@ fn unit_attentions_conflicts_and_bad_ranges_are_left_to_the_full_path() {
     let segs = segments(&[]);
     let read = cdb16(0x88, 0, 1);
     assert!(lu
-        .submit(&request(&n, &read, &segs, 512), BytesMut::new())
+        .submit(&request(&n, &read, &segs, 512), BytesMut::new(), None)
         .is_err());
     let mut out = BytesMut::new();
     let o = lu.execute(&request(&n, &read, &segs, 512), &mut out);
     assert_eq!(o.sense.expect("the power-on UA").key, 0x06);
     let beyond = cdb16(0x88, BLOCKS, 1);
     assert!(lu
-        .submit(&request(&n, &beyond, &segs, 512), BytesMut::new())
+        .submit(&request(&n, &beyond, &segs, 512), BytesMut::new(), None)
         .is_err());
     // A WRITE whose data-out brought nothing (expected transfer length 0) or part of a block.
     let write = cdb16(0x8a, 0, 1);
     assert!(lu
-        .submit(&request(&n, &write, &segs, 0), BytesMut::new())
+        .submit(&request(&n, &write, &segs, 0), BytesMut::new(), None)
         .is_err());
     let part = segments(&[1u8; 200]);
     assert!(lu
-        .submit(&request(&n, &write, &part, 0), BytesMut::new())
+        .submit(&request(&n, &write, &part, 0), BytesMut::new(), None)
         .is_err());
     let tur = [0u8; 6];
     assert!(lu
-        .submit(&request(&n, &tur, &segs, 0), BytesMut::new())
+        .submit(&request(&n, &tur, &segs, 0), BytesMut::new(), None)
         .is_err());
     // The UA was reported, so a plain READ takes this path now: the refusals above were
     // for their own reasons.
     assert!(lu
-        .submit(&request(&n, &read, &segs, 512), BytesMut::new())
+        .submit(&request(&n, &read, &segs, 512), BytesMut::new(), None)
         .is_ok());
 }
 
@@ -437,11 +453,11 @@ fn storage_without_its_own_unmap_same_and_compare_leaves_them_to_the_full_path()
     let (cdb, list) = unmap_request(&[(2, 3)]);
     let segs = segments(&list);
     assert!(lu
-        .submit(&request(&n, &cdb, &segs, 0), BytesMut::new())
+        .submit(&request(&n, &cdb, &segs, 0), BytesMut::new(), None)
         .is_ok());
     dev.extended.store(false, Ordering::SeqCst);
     assert!(lu
-        .submit(&request(&n, &cdb, &segs, 0), BytesMut::new())
+        .submit(&request(&n, &cdb, &segs, 0), BytesMut::new(), None)
         .is_err());
     dev.extended.store(true, Ordering::SeqCst);
     // Checks that fail are answered by the full path too: a COMPARE AND WRITE past the end.
@@ -449,6 +465,6 @@ fn storage_without_its_own_unmap_same_and_compare_leaves_them_to_the_full_path()
     let segs = segments(&data);
     let beyond = cdb16(0x89, BLOCKS, 1);
     assert!(lu
-        .submit(&request(&n, &beyond, &segs, 0), BytesMut::new())
+        .submit(&request(&n, &beyond, &segs, 0), BytesMut::new(), None)
         .is_err());
 }
