@@ -34,6 +34,22 @@ pub const DEFAULT_WATCH_TIMEOUT_S: u32 = 5;
 /// Watch timeouts a LUN may set: at least four pings' worth, at most twice Ceph's default.
 pub const WATCH_TIMEOUT_RANGE: std::ops::RangeInclusive<u32> = 2..=60;
 
+/// A watch timeout as a configuration writes it (`"5"`), or what is wrong with it.
+pub fn parse_watch_timeout(value: &str) -> Result<u32, String> {
+    value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|s| WATCH_TIMEOUT_RANGE.contains(s))
+        .ok_or_else(|| {
+            format!(
+                "must be whole seconds from {} to {}, got {value}",
+                WATCH_TIMEOUT_RANGE.start(),
+                WATCH_TIMEOUT_RANGE.end()
+            )
+        })
+}
+
 impl RbdSource {
     /// `POOL/IMAGE`, as `rbd` writes it.
     pub fn spec(&self) -> String {

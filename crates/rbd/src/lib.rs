@@ -20,7 +20,9 @@ mod incarnation;
 mod port_groups;
 mod pr_store;
 
-pub use device::{RbdDevice, RbdSource, DEFAULT_WATCH_TIMEOUT_S, WATCH_TIMEOUT_RANGE};
+pub use device::{
+    parse_watch_timeout, RbdDevice, RbdSource, DEFAULT_WATCH_TIMEOUT_S, WATCH_TIMEOUT_RANGE,
+};
 pub use pr_store::{pr_object_name, RadosPrStore};
 
 /// Why an image could not be opened or used.

@@ -95,18 +95,8 @@ impl FromStr for LunSpec {
                 (Some(("ceph-conf", value)), Some(rbd)) => rbd.ceph_conf = PathBuf::from(value),
                 (Some(("ceph-client", value)), Some(rbd)) => rbd.client = value.to_string(),
                 (Some(("watch-timeout", value)), Some(rbd)) => {
-                    let range = lanes_rbd::WATCH_TIMEOUT_RANGE;
-                    rbd.watch_timeout_s = value
-                        .parse()
-                        .ok()
-                        .filter(|s| range.contains(s))
-                        .ok_or_else(|| {
-                            format!(
-                                "watch-timeout must be whole seconds from {} to {}, got {value:?}",
-                                range.start(),
-                                range.end()
-                            )
-                        })?;
+                    rbd.watch_timeout_s = lanes_rbd::parse_watch_timeout(value)
+                        .map_err(|why| format!("{text:?}: watch-timeout {why}"))?;
                 }
                 (Some(("size", _)), Some(_)) => {
                     return Err(format!(
@@ -452,6 +442,14 @@ mod tests {
         ] {
             assert!(bad.parse::<LunSpec>().is_err(), "{bad:?} accepted");
         }
+        let why = "rbd:rbd/vol1,watch-timeout=61"
+            .parse::<LunSpec>()
+            .err()
+            .expect("61 s refused");
+        assert!(
+            why.contains("watch-timeout must be whole seconds from 2 to 60, got 61"),
+            "{why}"
+        );
         let rbd: LunSpec = "rbd:rbd/vol1,ceph-client=gw,watch-timeout=3"
             .parse()
             .unwrap();

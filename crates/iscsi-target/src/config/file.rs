@@ -710,22 +710,10 @@ impl Resolver<'_> {
                         .map_or_else(|| "admin".to_string(), |c| c.get_ref().clone()),
                     watch_timeout_s: match &raw.watch_timeout {
                         None => lanes_rbd::DEFAULT_WATCH_TIMEOUT_S,
-                        Some(v) => match u32::try_from(*v.get_ref()) {
-                            Ok(s) if lanes_rbd::WATCH_TIMEOUT_RANGE.contains(&s) => s,
-                            _ => {
-                                let range = lanes_rbd::WATCH_TIMEOUT_RANGE;
-                                return Err(self.error(
-                                    v.span(),
-                                    format!("{key}.watch-timeout"),
-                                    format!(
-                                        "must be whole seconds from {} to {}, got {}",
-                                        range.start(),
-                                        range.end(),
-                                        v.get_ref()
-                                    ),
-                                ));
-                            }
-                        },
+                        Some(v) => lanes_rbd::parse_watch_timeout(&v.get_ref().to_string())
+                            .map_err(|why| {
+                                self.error(v.span(), format!("{key}.watch-timeout"), why)
+                            })?,
                     },
                 };
                 let mut lun = LunConfig::new(number, format!("rbd:{}", source.spec()).into());

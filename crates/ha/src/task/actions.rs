@@ -1,0 +1,184 @@
+//! Carrying out the core's actions: frames to the peer link, applies to the local I/O
+//! threads, metadata to the journal, races to the witness, answers to the hosts.
+
+use super::*;
+
+impl Driver {
+    /// Hand this pass's plain applies to one local I/O thread: they would serialize on the
+    /// backing file's inode lock anyway, and one wake-up serves them all. Each reports on its
+    /// own as it completes, so the first is not held back by the last.
+    pub(super) fn apply_batch(&mut self) {
+        if self.applies.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.applies);
+        let Some(io) = &self.io else {
+            return;
+        };
+        self.local_io += batch.len();
+        let (dev, me) = (self.local.clone(), self.me.clone());
+        io.run(Box::new(move || {
+            let mut failed: Option<String> = None;
+            for (token, off, data) in batch {
+                if failed.is_none() {
+                    match catch_unwind(AssertUnwindSafe(|| dev.write_at(&data, off))) {
+                        Ok(Ok(())) => {
+                            let _ = me.send(Input::Applied(token));
+                            continue;
+                        }
+                        Ok(Err(e)) => failed = Some(e.to_string()),
+                        Err(_) => failed = Some("local I/O panicked".into()),
+                    }
+                }
+                // Every apply of the batch reports, so the count of local I/O under way
+                // (which a stop waits for) reaches zero.
+                let e = failed.clone().unwrap_or_default();
+                let _ = me.send(Input::LocalFailed(e));
+            }
+        }));
+    }
+
+    pub(super) fn action(&mut self, a: Action) {
+        match a {
+            Action::Send { channel, message } => {
+                if let Some(s) = &self.session {
+                    let mut frame = Vec::with_capacity(64);
+                    replication::encode(&message, &mut frame);
+                    s.send(channel, frame);
+                }
+            }
+            Action::DropPeerConnection => self.session = None,
+            Action::Apply {
+                token,
+                lba,
+                fua: false,
+                data,
+                ..
+            } => self.applies.push((token, lba * self.block_size, data)),
+            Action::Apply {
+                token,
+                lba,
+                fua,
+                data,
+                ..
+            } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                self.blocking(move || {
+                    dev.write_at(&data, off)?;
+                    if fua {
+                        dev.flush()?;
+                    }
+                    Ok(Input::Applied(token))
+                });
+            }
+            Action::ReadForResync { token, lba, blocks } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                let len = u64::from(blocks) * self.block_size;
+                self.blocking(move || {
+                    let mut buf = vec![0u8; len as usize];
+                    dev.read_at(&mut buf, off)?;
+                    Ok(Input::ResyncRead(token, Bytes::from(buf)))
+                });
+            }
+            Action::ReadForCaw { token, lba, blocks } => {
+                let (dev, off) = (self.local.clone(), lba * self.block_size);
+                let len = u64::from(blocks) * self.block_size;
+                self.blocking(move || {
+                    let mut buf = vec![0u8; len as usize];
+                    dev.read_at(&mut buf, off)?;
+                    Ok(Input::CawRead(token, Bytes::from(buf)))
+                });
+            }
+            Action::Fsync { token } => {
+                let dev = self.local.clone();
+                self.blocking(move || {
+                    dev.flush()?;
+                    Ok(Input::Fsynced(token))
+                });
+            }
+            Action::Persist { token, op } => {
+                if let Some(j) = &self.journal {
+                    let _ = j.send((token, op));
+                }
+            }
+            Action::AckWrite { id, result } => {
+                if let Some(reply) = self.writes.remove(&id) {
+                    reply.send(result);
+                }
+                self.submit_queued();
+            }
+            Action::CawDone { id, result } => {
+                if let Some(reply) = self.caws.remove(&id) {
+                    let _ = reply.try_send(result);
+                }
+                self.submit_queued();
+            }
+            Action::AckFlush { id, result } => {
+                if let Some(reply) = self.flushes.remove(&id) {
+                    reply.send(result);
+                }
+            }
+            Action::AbortDone { .. } => {}
+            Action::SharedInstalled { version, payload } => {
+                self.shared_hub.installed(version, payload);
+            }
+            Action::SharedNotice { payload } => self.shared_hub.notice(&payload),
+            Action::SharedDone { id, result } => {
+                if let Some(reply) = self.shared.remove(&id) {
+                    let _ = reply.try_send(result);
+                }
+            }
+            Action::RaceForEpoch => {
+                let (w, me) = (self.witness.clone(), self.me.clone());
+                tokio::spawn(async move {
+                    let _ = me.send(Input::Race(w.race().await));
+                });
+            }
+            Action::MarkInSync { epoch } => {
+                let (w, me) = (self.witness.clone(), self.me.clone());
+                tokio::spawn(async move {
+                    let ok = match w.mark_in_sync(epoch).await {
+                        Ok(ok) => ok,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "marking the pair in sync failed");
+                            false
+                        }
+                    };
+                    let _ = me.send(Input::InSync(ok));
+                });
+            }
+            Action::SetAlua(a) => {
+                tracing::info!(alua = ?a, "ALUA state");
+                self.alua.send_replace(a);
+            }
+            Action::ResyncProgress { remaining } => self.resync_remaining = remaining,
+            Action::Event(e) => match e {
+                Event::Refused {
+                    message,
+                    reason,
+                    drops_link: false,
+                } => tracing::debug!(message, reason, "peer message refused"),
+                Event::Refused {
+                    message,
+                    reason,
+                    drops_link: true,
+                } => tracing::warn!(
+                    peer = %self.peer,
+                    message,
+                    reason,
+                    "peer message refused: closing the peer link"
+                ),
+                Event::PeerSilent => tracing::warn!(
+                    peer = %self.peer,
+                    "nothing from the peer for the failure timeout: closing the peer link"
+                ),
+                Event::PeerLost => tracing::warn!(peer = %self.peer, "peer lost"),
+                Event::State(s) => tracing::info!(state = s, "replica state"),
+                Event::SplitBrain => tracing::error!(
+                    peer = %self.peer,
+                    "split brain: the handshake found no safe sync source; resolve by hand"
+                ),
+            },
+        }
+    }
+}
