@@ -444,8 +444,7 @@ mod tests {
         }
         let why = "rbd:rbd/vol1,watch-timeout=61"
             .parse::<LunSpec>()
-            .err()
-            .expect("61 s refused");
+            .expect_err("61 s refused");
         assert!(
             why.contains("watch-timeout must be whole seconds from 2 to 60, got 61"),
             "{why}"
