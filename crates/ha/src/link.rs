@@ -59,11 +59,14 @@ async fn connect_one(
     Ok(s)
 }
 
-/// Dial the peer until both connections are up, backing off between attempts.
-pub async fn dial(peer: SocketAddr, node: NodeId, nonce: u64) -> Streams {
+/// Dial the peer until both connections are up, backing off between attempts. Each attempt
+/// has a nonce of its own (`nonce`, then the next ones): a data connection left over from a
+/// failed attempt never pairs with the control connection of a later one.
+pub async fn dial(peer: SocketAddr, node: NodeId, mut nonce: u64) -> Streams {
     let mut backoff = Duration::from_millis(20);
     loop {
         tokio::time::sleep(backoff).await;
+        nonce = nonce.wrapping_add(1);
         let result = async {
             let data = connect_one(peer, node, 0, nonce).await?;
             let control = connect_one(peer, node, 1, nonce).await?;
@@ -130,6 +133,8 @@ pub async fn accept(
                         }
                     }
                     None => {
+                        // The same half twice (a nonce reused): keep the newer.
+                        pending.retain(|(n, c, _)| !(*n == nonce && *c == channel));
                         pending.push_back((nonce, channel, stream));
                         while pending.len() > 4 {
                             pending.pop_front();

@@ -67,6 +67,10 @@ struct PairView {
     /// Suspect blocks (activity-log extents after a crash) compared by checksum as sync
     /// source: 8 bytes sent each, data only where they differed (counted in `resync_blocks`).
     resync_compared_blocks: u64,
+    /// Blocks this node applied as sync target.
+    resync_applied_blocks: u64,
+    /// Resyncs that moved nothing for the stall timeout and were started again.
+    resync_stalls: u64,
     peer_lost: u64,
     refused: u64,
 }
@@ -119,6 +123,8 @@ fn snapshot(server: &Server) -> StatusView {
             dirty_regions: s.dirty_regions,
             resync_blocks: s.stats.resync_blocks,
             resync_compared_blocks: s.stats.resync_compared_blocks,
+            resync_applied_blocks: s.stats.resync_applied_blocks,
+            resync_stalls: s.stats.resync_stalls,
             peer_lost: s.stats.peer_lost,
             refused: s.stats.refused,
         })

@@ -138,7 +138,15 @@ fn wait_paired(rig: &Rig, up: [bool; 2], violations: &Mutex<Vec<String>>) -> Dur
         if views.len() == 2 && views.iter().all(|(r, _)| r == "Paired") {
             return start.elapsed();
         }
-        assert!(start.elapsed() < HEAL, "not Paired again: {views:?}");
+        if start.elapsed() >= HEAL {
+            // Everything each node says about the pair, for the post-mortem.
+            let full: Vec<String> = [1, 2]
+                .iter()
+                .filter(|n| up[**n - 1])
+                .map(|n| format!("node {n}: {}", rig.status(*n)["pairs"][0]))
+                .collect();
+            panic!("not Paired again: {views:?}\n{}", full.join("\n"));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }

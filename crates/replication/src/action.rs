@@ -79,6 +79,9 @@ pub enum Event {
     },
     /// Nothing came from the peer for the failure timeout: the core closes the connection.
     PeerSilent,
+    /// A resync moved nothing for `Config::resync_stall`: the core closes the connection (the
+    /// next handshake starts it again). `inflight` says what every operation waited for.
+    ResyncStalled { inflight: String },
     /// The peer is lost (connection down or heartbeats missed).
     PeerLost,
     /// The state changed.

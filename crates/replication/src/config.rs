@@ -47,6 +47,9 @@ pub struct Config {
     pub resync_chunk_regions: u32,
     /// Most resync chunks in flight.
     pub resync_window: usize,
+    /// A resync that moves no chunk, checksum or final step for this long is reported and
+    /// started again on a new connection (default 20 s; its bitmaps keep every difference).
+    pub resync_stall: Nanos,
 }
 
 /// A configuration that cannot work.
@@ -58,6 +61,8 @@ pub enum ConfigError {
     Sizes,
     #[error("the failure timeout must exceed the read lease")]
     Lease,
+    #[error("the resync stall timeout must exceed the failure timeout")]
+    Stall,
 }
 
 impl Config {
@@ -80,6 +85,7 @@ impl Config {
             race_retry: 100 * MS,
             resync_chunk_regions: 64,
             resync_window: 8,
+            resync_stall: 20_000 * MS,
         }
     }
 
@@ -104,6 +110,9 @@ impl Config {
         }
         if self.failure_timeout() <= self.read_lease {
             return Err(ConfigError::Lease);
+        }
+        if self.resync_stall <= self.failure_timeout() {
+            return Err(ConfigError::Stall);
         }
         Ok(())
     }

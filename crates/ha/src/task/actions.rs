@@ -168,6 +168,11 @@ impl Driver {
                     reason,
                     "peer message refused: closing the peer link"
                 ),
+                Event::ResyncStalled { inflight } => tracing::warn!(
+                    peer = %self.peer,
+                    %inflight,
+                    "resync moved nothing for the stall timeout: closing the peer link to start it again"
+                ),
                 Event::PeerSilent => tracing::warn!(
                     peer = %self.peer,
                     "nothing from the peer for the failure timeout: closing the peer link"

@@ -191,6 +191,15 @@ impl Replica {
                 self.next_heartbeat = now + self.cfg.heartbeat_interval;
             }
         }
+        if self.link == Link::Up
+            && self.resyncing()
+            && now.saturating_sub(self.resync_moved) > self.cfg.resync_stall
+        {
+            self.stats.resync_stalls += 1;
+            let inflight = self.describe_inflight();
+            self.event(Event::ResyncStalled { inflight });
+            self.drop_peer(now);
+        }
         if let State::Suspended {
             race_at,
             racing: false,
@@ -237,7 +246,18 @@ impl Replica {
         if let Some(d) = self.in_sync_due {
             at(d);
         }
+        if self.link == Link::Up && self.resyncing() {
+            at(self.resync_moved + self.cfg.resync_stall + 1);
+        }
         t
+    }
+
+    /// A resync is under way (either side).
+    fn resyncing(&self) -> bool {
+        matches!(
+            self.state,
+            State::ResyncSource { .. } | State::ResyncTarget { .. }
+        )
     }
 
     /// The peer is gone: every write it has not confirmed becomes dirty, and the state moves on.

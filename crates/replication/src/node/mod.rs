@@ -125,6 +125,12 @@ pub struct Stats {
     pub resync_blocks: u64,
     /// Suspect blocks this node compared by checksum as sync source (8 bytes each sent).
     pub resync_compared_blocks: u64,
+    /// Resync chunks that found every operation slot taken and waited for a later step.
+    pub resync_deferred: u64,
+    /// Resyncs that moved nothing for `Config::resync_stall` and were started again.
+    pub resync_stalls: u64,
+    /// Blocks this node applied as sync target.
+    pub resync_applied_blocks: u64,
     pub full_resyncs: u64,
     /// COMPARE AND WRITEs this node executed (compared), and forwarded to the leader.
     pub caws: u64,
@@ -175,6 +181,8 @@ pub struct Replica {
     send_seq: [u64; 2],
     recv_seq: [u64; 2],
     last_heard: Nanos,
+    /// When the resync under way last moved (see `Config::resync_stall`).
+    resync_moved: Nanos,
     next_heartbeat: Nanos,
     lease_until: Nanos,
     in_sync_due: Option<Nanos>,
@@ -233,6 +241,7 @@ impl Replica {
             send_seq: [0; 2],
             recv_seq: [0; 2],
             last_heard: now,
+            resync_moved: now,
             next_heartbeat: now,
             lease_until: 0,
             in_sync_due: None,
@@ -318,6 +327,10 @@ impl Replica {
                     o.kind, o.lba, o.blocks, o.order, o.wseq, o.phase, o.peer, o.al, o.retry
                 ));
             }
+        }
+        if let State::ResyncSource { sync, .. } = &self.state {
+            out.push_str(&sync.describe());
+            out.push(' ');
         }
         out.push_str(&format!(
             "persisted {}/{} acks waiting {} last peer wseq {} unadmitted {}",

@@ -66,6 +66,31 @@ pub struct SourceSync {
 }
 
 impl SourceSync {
+    /// One line for a stalled-resync report.
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "to copy {} to compare {} sent {:?} summed {:?} reading {} finishing {}",
+            meta::count_set(&self.set),
+            meta::count_set(&self.compare),
+            self.sent,
+            self.summed,
+            self.reading,
+            self.finishing
+        )
+    }
+
+    /// Chunk `(lba, blocks)` was taken but could not start: copy (or compare) it later.
+    fn put_back(&mut self, lba: u64, blocks: u32, sums: bool, cfg: &crate::config::Config) {
+        let rb = u64::from(cfg.region_blocks);
+        let (set, cursor) = if sums {
+            (&mut self.compare, &mut self.compare_cursor)
+        } else {
+            (&mut self.set, &mut self.cursor)
+        };
+        meta::set_range(set, lba / rb, u64::from(blocks).div_ceil(rb), true);
+        *cursor = (*cursor).min(lba / rb);
+    }
+
     fn remaining(&self) -> u64 {
         meta::count_set(&self.set)
             + meta::count_set(&self.compare)
@@ -318,6 +343,7 @@ impl Replica {
             reading: 0,
             finishing: false,
         };
+        self.resync_moved = now;
         self.set_state(State::ResyncSource { holds_epoch, sync });
         // Changes held while the peer was away are this node's to make; then the peer takes
         // the whole state.
@@ -336,6 +362,7 @@ impl Replica {
                 outdated: true,
             });
         }
+        self.resync_moved = now;
         self.set_state(State::ResyncTarget {
             leader: self.peer(),
         });
@@ -380,7 +407,7 @@ impl Replica {
             self.send(Body::Flush(Flush { id: RESYNC_FLUSH }));
             return;
         }
-        sync.reading += n as u32;
+        let mut started = 0;
         for &(lba, blocks, sums) in &starts[..n] {
             let kind = if sums {
                 Kind::ResyncSum
@@ -388,11 +415,25 @@ impl Replica {
                 Kind::ResyncRead
             };
             let op = Op::new(kind, lba, blocks, false, bytes::Bytes::new(), self.session);
-            if let Some(slot) = self.ops.insert(op) {
-                self.admit_other(slot);
+            match self.ops.insert(op) {
+                Some(slot) => {
+                    if let State::ResyncSource { sync, .. } = &mut self.state {
+                        sync.reading += 1;
+                    }
+                    started += 1;
+                    self.admit_other(slot);
+                }
+                None => {
+                    // Every slot is taken (operations of an old connection may still hold
+                    // some): these regions wait for the next step, started when a slot frees.
+                    if let State::ResyncSource { sync, .. } = &mut self.state {
+                        sync.put_back(lba, blocks, sums, &self.cfg);
+                    }
+                    self.stats.resync_deferred += 1;
+                }
             }
         }
-        if n > 0 {
+        if started > 0 {
             self.start_ready();
         }
     }
@@ -410,6 +451,9 @@ impl Replica {
         let sums = op.data.clone();
         self.free(slot);
         let current = session == self.session && self.link == Link::Up;
+        if current {
+            self.resync_moved = now;
+        }
         let ok = data.len() as u64 == u64::from(blocks) * u64::from(self.cfg.block_size);
         if kind == Kind::ResyncCompare {
             if current && matches!(self.state, State::ResyncTarget { .. }) {
@@ -445,14 +489,7 @@ impl Replica {
                     sync.sent.push((lba, blocks));
                 } else {
                     // A short read: do these regions again.
-                    let rb = u64::from(self.cfg.region_blocks);
-                    let (set, cursor) = if checksums {
-                        (&mut sync.compare, &mut sync.compare_cursor)
-                    } else {
-                        (&mut sync.set, &mut sync.cursor)
-                    };
-                    meta::set_range(set, lba / rb, u64::from(blocks).div_ceil(rb), true);
-                    *cursor = (*cursor).min(lba / rb);
+                    sync.put_back(lba, blocks, checksums, &self.cfg);
                 }
             }
         }
@@ -491,6 +528,7 @@ impl Replica {
             self.refuse_and_drop(now, "ResyncData", "malformed");
             return;
         }
+        self.resync_moved = now;
         let op = Op::new(
             Kind::ResyncApply,
             d.lba,
@@ -522,6 +560,7 @@ impl Replica {
             self.refuse_and_drop(now, "ResyncSums", "malformed");
             return;
         }
+        self.resync_moved = now;
         let op = Op::new(
             Kind::ResyncCompare,
             d.lba,
@@ -554,6 +593,7 @@ impl Replica {
             return;
         }
         sync.summed.swap_remove(i);
+        self.resync_moved = now;
         let rb = u64::from(self.cfg.region_blocks);
         let differs = |b: u64| a.differ[(b / 8) as usize] & (1 << (b % 8)) != 0;
         let (first, end) = (a.lba / rb, (a.lba + u64::from(a.blocks)).div_ceil(rb));
@@ -588,6 +628,7 @@ impl Replica {
             return;
         };
         sync.sent.swap_remove(i);
+        self.resync_moved = now;
         let remaining = sync.remaining();
         self.clear_dirty(a.lba, a.blocks);
         self.actions.push_back(Action::ResyncProgress { remaining });

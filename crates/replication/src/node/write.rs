@@ -361,6 +361,8 @@ impl Replica {
                 self.free(slot);
             }
             Kind::ResyncApply => {
+                self.stats.resync_applied_blocks += u64::from(blocks);
+                self.resync_moved = now;
                 if current {
                     self.send(Body::ResyncAck(crate::wire::ResyncAck { lba, blocks }));
                 }

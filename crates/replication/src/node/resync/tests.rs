@@ -28,6 +28,10 @@ struct Pair {
     next_id: u64,
     /// Frame names sent, per node.
     sent: [Vec<&'static str>; 2],
+    /// Resync messages vanish (heartbeats still pass): a resync that cannot move.
+    lose_resync: bool,
+    /// Events reported, per node.
+    events: [Vec<crate::action::Event>; 2],
 }
 
 fn config(node: u8) -> Config {
@@ -47,6 +51,8 @@ impl Pair {
             now: 0,
             next_id: 1,
             sent: Default::default(),
+            lose_resync: false,
+            events: Default::default(),
         };
         p.connect();
         assert!(matches!(p.nodes[0].state(), State::Paired { .. }));
@@ -117,6 +123,12 @@ impl Pair {
         let now = self.now;
         let n = &mut self.nodes[i];
         match a {
+            Action::Send { message, .. }
+                if self.lose_resync
+                    && matches!(
+                        message.body,
+                        Body::ResyncData(_) | Body::ResyncAck(_) | Body::ResyncSums(_)
+                    ) => {}
             Action::Send { message, .. } if self.connected => {
                 self.sent[i].push(message.body.name());
                 let frame = Bytes::from(encode_to_vec(&message));
@@ -146,6 +158,7 @@ impl Pair {
                 n.resync_read_done(now, token, data);
             }
             Action::MarkInSync { .. } => n.in_sync_result(now, true),
+            Action::Event(e) => self.events[i].push(e),
             _ => {}
         }
     }
@@ -300,4 +313,93 @@ fn a_write_racing_the_comparison_is_not_undone() {
     assert_eq!(p.block(1, 101), &[5u8; BS][..]);
     assert_eq!(p.block(1, 102), &[6u8; BS][..]);
     assert!(p.disks[0] == p.disks[1], "replicas differ after resync");
+}
+
+/// The sync source finds every operation slot taken (here by applies of an old connection
+/// still under way) when the resync starts: the regions wait, they are not forgotten, and the
+/// resync finishes once the slots free.
+#[test]
+fn a_resync_that_finds_no_free_slot_waits_for_one() {
+    use crate::node::ops::{Kind, Op, Phase};
+    let mut p = Pair::paired();
+    p.crash(&[1]);
+    p.win_alone(0);
+    for lba in 3000..3010 {
+        p.write(0, lba, 2);
+    }
+    let mut held = Vec::new();
+    let n0 = &mut p.nodes[0];
+    while let Some(slot) = {
+        let mut op = Op::new(Kind::Peer { wseq: 0 }, 4000, 1, false, Bytes::new(), 0);
+        op.phase = Phase::Running;
+        n0.ops.insert(op)
+    } {
+        held.push(n0.ops.token(slot));
+    }
+    p.connect();
+    assert!(matches!(p.nodes[0].state(), State::ResyncSource { .. }));
+    assert!(p.nodes[0].stats().resync_deferred > 0);
+    for token in held {
+        let now = p.now;
+        p.nodes[0].apply_done(now, token);
+        p.run();
+    }
+    assert!(matches!(p.nodes[0].state(), State::Paired { .. }));
+    assert!(matches!(p.nodes[1].state(), State::Paired { .. }));
+    assert_eq!(p.nodes[0].stats().resync_blocks, 10);
+    assert!(p.disks[0] == p.disks[1], "replicas differ after resync");
+}
+
+/// A resync whose messages stop getting through while heartbeats still do: after the stall
+/// timeout the source reports it, with what it waited for, and closes the connection; the
+/// next handshake finishes the job.
+#[test]
+fn a_resync_that_moves_nothing_is_started_again() {
+    use crate::action::Event;
+    let mut p = Pair::paired();
+    p.crash(&[1]);
+    p.win_alone(0);
+    for lba in 3000..3010 {
+        p.write(0, lba, 2);
+    }
+    p.lose_resync = true;
+    let started = p.now;
+    p.connect();
+    assert!(matches!(p.nodes[0].state(), State::ResyncSource { .. }));
+    let stall = p.nodes[0].config().resync_stall;
+    let until = p.now + stall + 200 * MS;
+    let mut dropped_at = None;
+    while p.now < until {
+        p.now += 50 * MS;
+        for i in 0..2 {
+            let now = p.now;
+            p.nodes[i].tick(now);
+        }
+        p.run();
+        if dropped_at.is_none() && p.nodes[0].stats().resync_stalls > 0 {
+            dropped_at = Some(p.now);
+        }
+    }
+    let at = dropped_at.expect("the stalled resync was never noticed");
+    assert!(
+        at - started > stall && at - started <= stall + 100 * MS,
+        "noticed after {} ms",
+        (at - started) / MS
+    );
+    let report = p.events[0].iter().find_map(|e| match e {
+        Event::ResyncStalled { inflight } => Some(inflight.clone()),
+        _ => None,
+    });
+    let report = report.expect("no ResyncStalled event");
+    assert!(report.contains("to copy"), "report: {report}");
+    assert!(!matches!(p.nodes[0].state(), State::ResyncSource { .. }));
+    // The target hears no more and lets go too; the next connection finishes the resync.
+    p.connected = false;
+    p.nodes[1].peer_disconnected(p.now);
+    p.lose_resync = false;
+    p.connect();
+    assert!(matches!(p.nodes[0].state(), State::Paired { .. }));
+    assert!(matches!(p.nodes[1].state(), State::Paired { .. }));
+    assert!(p.disks[0] == p.disks[1], "replicas differ after resync");
+    assert_eq!(p.nodes[0].stats().resync_stalls, 1);
 }
