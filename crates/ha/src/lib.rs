@@ -195,6 +195,7 @@ impl ReplicatedLun {
             me: tx.clone(),
             link_rx,
             link_tx,
+            frames: Vec::with_capacity(64),
             journal: Some(jtx),
             journal_thread: Some(journal_thread),
             io: Some(io),

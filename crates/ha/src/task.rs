@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 mod actions;
 
-use crate::link::{self, LinkEvent, Session};
+use crate::link::{self, Session, Streams};
 use crate::local_io::LocalIo;
 use crate::PairStatus;
 
@@ -110,8 +110,11 @@ pub(crate) struct Driver {
     pub block_size: u64,
     pub inputs: mpsc::UnboundedReceiver<Input>,
     pub me: mpsc::UnboundedSender<Input>,
-    pub link_rx: mpsc::UnboundedReceiver<LinkEvent>,
-    pub link_tx: mpsc::UnboundedSender<LinkEvent>,
+    /// New connections from the dialer or the acceptor.
+    pub link_rx: mpsc::UnboundedReceiver<Streams>,
+    pub link_tx: mpsc::UnboundedSender<Streams>,
+    /// Frames decoded from the peer in one read, reused.
+    pub frames: Vec<replication::Message>,
     pub journal: Option<std::sync::mpsc::Sender<(Token, MetaOp)>>,
     pub journal_thread: Option<std::thread::JoinHandle<()>>,
     /// Threads for local I/O (applies, resync reads, fsyncs); `None` once stopped.
@@ -162,6 +165,7 @@ impl Driver {
     pub async fn run(mut self) {
         let mut stop = None;
         self.drain();
+        self.flush_link();
         self.ensure_link();
         self.publish();
         // Status (the dirty count) is refreshed at least this often.
@@ -174,6 +178,7 @@ impl Driver {
                 .next_timer()
                 .map(|t| t.max(now + 1_000_000))
                 .map(|t| tokio::time::Instant::from_std(self.start + Duration::from_nanos(t)));
+            let backlog = [0, 1].map(|i| self.session.as_ref().is_some_and(|s| s.backlog(i)));
             let sleep = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -189,15 +194,11 @@ impl Driver {
                         break;
                     }
                 },
-                Some(ev) = self.link_rx.recv() => {
-                    self.link_event(ev);
-                    for _ in 1..BATCH {
-                        match self.link_rx.try_recv() {
-                            Ok(ev) => self.link_event(ev),
-                            Err(_) => break,
-                        }
-                    }
-                }
+                Some(streams) = self.link_rx.recv() => self.connected(streams),
+                r = link::readable(&self.session, 0) => self.peer_readable(0, r),
+                r = link::readable(&self.session, 1) => self.peer_readable(1, r),
+                r = link::writable(&self.session, 0), if backlog[0] => self.peer_writable(0, r),
+                r = link::writable(&self.session, 1), if backlog[1] => self.peer_writable(1, r),
                 _ = refresh.tick() => {}
                 () = sleep => {
                     let now = self.now();
@@ -205,6 +206,7 @@ impl Driver {
                 }
             }
             self.drain();
+            self.flush_link();
             self.ensure_link();
             self.reads();
             self.publish();
@@ -394,32 +396,60 @@ impl Driver {
         Ok(())
     }
 
-    fn link_event(&mut self, ev: LinkEvent) {
+    /// A new pair of connections to the peer: it replaces the session there was.
+    fn connected(&mut self, streams: Streams) {
         let now = self.now();
-        match ev {
-            LinkEvent::Connected(streams) => {
-                self.dialer = None;
-                if self.session.take().is_some() {
-                    self.replica.peer_disconnected(now);
-                }
-                self.next_session += 1;
-                self.session = Some(Session::start(self.next_session, streams, &self.link_tx));
-                tracing::info!(peer = %self.peer, "peer link up");
-                self.replica.peer_connected(now);
-            }
-            LinkEvent::Frame { session, message } => {
-                if self.session.as_ref().is_some_and(|s| s.id == session) {
-                    self.replica.receive(now, message);
-                }
-            }
-            LinkEvent::Broken { session, reason } => {
-                if self.session.as_ref().is_some_and(|s| s.id == session) {
-                    tracing::warn!(peer = %self.peer, %reason, "peer link down");
-                    self.session = None;
-                    self.replica.peer_disconnected(now);
-                }
-            }
+        self.dialer = None;
+        if self.session.take().is_some() {
+            self.replica.peer_disconnected(now);
         }
+        self.next_session += 1;
+        self.session = Some(Session::new(streams));
+        tracing::info!(peer = %self.peer, "peer link up");
+        self.replica.peer_connected(now);
+    }
+
+    /// Connection `i` of the session has bytes: feed its frames to the core.
+    fn peer_readable(&mut self, i: usize, ready: std::io::Result<()>) {
+        let Some(s) = &mut self.session else { return };
+        let mut frames = std::mem::take(&mut self.frames);
+        let read = ready
+            .map_err(|e| format!("read: {e}"))
+            .and_then(|()| s.read(i, &mut frames));
+        let now = self.now();
+        for message in frames.drain(..) {
+            self.replica.receive(now, message);
+        }
+        self.frames = frames;
+        if let Err(reason) = read {
+            self.broken(reason);
+        }
+    }
+
+    /// Connection `i` takes bytes again: write its backlog.
+    fn peer_writable(&mut self, i: usize, ready: std::io::Result<()>) {
+        let Some(s) = &mut self.session else { return };
+        if let Err(reason) = ready
+            .map_err(|e| format!("write: {e}"))
+            .and_then(|()| s.flush_one(i))
+        {
+            self.broken(reason);
+        }
+    }
+
+    /// Write what this pass queued for the peer, as far as the sockets take it now.
+    fn flush_link(&mut self) {
+        let Some(s) = &mut self.session else { return };
+        if let Err(reason) = s.flush() {
+            self.broken(reason);
+        }
+    }
+
+    fn broken(&mut self, reason: String) {
+        tracing::warn!(peer = %self.peer, %reason, "peer link down");
+        self.session = None;
+        let now = self.now();
+        self.replica.peer_disconnected(now);
     }
 
     /// Node 0 dials whenever it has no session (node 1 accepts in the background).
@@ -433,8 +463,7 @@ impl Driver {
         let (peer, tx) = (self.peer, self.link_tx.clone());
         let nonce = self.next_session.wrapping_add(1) ^ (self.start.elapsed().as_nanos() as u64);
         self.dialer = Some(tokio::spawn(async move {
-            let streams = link::dial(peer, 0, nonce).await;
-            let _ = tx.send(LinkEvent::Connected(streams));
+            let _ = tx.send(link::dial(peer, 0, nonce).await);
         }));
     }
 

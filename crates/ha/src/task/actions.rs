@@ -40,11 +40,10 @@ impl Driver {
 
     pub(super) fn action(&mut self, a: Action) {
         match a {
+            // Encoded straight into the session's output; written once the pass is over.
             Action::Send { channel, message } => {
-                if let Some(s) = &self.session {
-                    let mut frame = Vec::with_capacity(64);
-                    replication::encode(&message, &mut frame);
-                    s.send(channel, frame);
+                if let Some(s) = &mut self.session {
+                    replication::encode(&message, s.out(channel));
                 }
             }
             Action::DropPeerConnection => self.session = None,
