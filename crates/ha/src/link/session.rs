@@ -65,7 +65,13 @@ impl Wire {
     /// `frames`. `Err`: the connection is broken (closed, failed, or a bad frame).
     fn read(&mut self, frames: &mut Vec<Message>) -> Result<(), String> {
         for _ in 0..READS_PER_WAKE {
-            let need = self.frame_len().unwrap_or(0).max(READ_CHUNK / 4);
+            // Room for the frame at the front (its length was checked by `decode` after the
+            // read that brought it; clamped anyway), and never less than a quarter chunk.
+            let need = self
+                .frame_len()
+                .unwrap_or(0)
+                .min(4 + replication::codec::MAX_FRAME as usize)
+                .max(READ_CHUNK / 4);
             if self.input.capacity() - self.input.len() < need {
                 self.input.reserve(need.max(READ_CHUNK));
             }
