@@ -315,18 +315,25 @@ fn a_write_racing_the_comparison_is_not_undone() {
     assert!(p.disks[0] == p.disks[1], "replicas differ after resync");
 }
 
-/// The sync source finds every operation slot taken (here by applies of an old connection
-/// still under way) when the resync starts: the regions wait, they are not forgotten, and the
-/// resync finishes once the slots free.
-#[test]
-fn a_resync_that_finds_no_free_slot_waits_for_one() {
-    use crate::node::ops::{Kind, Op, Phase};
+/// Node 1 crashed, node 0 won the race and wrote 10 blocks alone: a resync of 10 blocks awaits
+/// node 1's return.
+fn alone_with_ten_writes() -> Pair {
     let mut p = Pair::paired();
     p.crash(&[1]);
     p.win_alone(0);
     for lba in 3000..3010 {
         p.write(0, lba, 2);
     }
+    p
+}
+
+/// The sync source finds every operation slot taken (here by applies of an old connection
+/// still under way) when the resync starts: the regions wait, they are not forgotten, and the
+/// resync finishes once the slots free.
+#[test]
+fn a_resync_that_finds_no_free_slot_waits_for_one() {
+    use crate::node::ops::{Kind, Op, Phase};
+    let mut p = alone_with_ten_writes();
     let mut held = Vec::new();
     let n0 = &mut p.nodes[0];
     while let Some(slot) = {
@@ -356,12 +363,7 @@ fn a_resync_that_finds_no_free_slot_waits_for_one() {
 #[test]
 fn a_resync_that_moves_nothing_is_started_again() {
     use crate::action::Event;
-    let mut p = Pair::paired();
-    p.crash(&[1]);
-    p.win_alone(0);
-    for lba in 3000..3010 {
-        p.write(0, lba, 2);
-    }
+    let mut p = alone_with_ten_writes();
     p.lose_resync = true;
     let started = p.now;
     p.connect();
