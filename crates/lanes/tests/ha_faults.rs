@@ -205,12 +205,12 @@ fn faults_under_load_lose_no_acknowledged_write() {
                 up[n - 1] = true;
             }
             Fault::Pause(n) => {
-                rig.serves[n - 1].as_ref().unwrap().signal(Signal::Stop);
+                rig.serves[n - 1].as_ref().unwrap().pause();
                 up[n - 1] = false;
                 let held = Instant::now();
                 change_pr(&mut rig);
                 std::thread::sleep(HOLD.saturating_sub(held.elapsed()));
-                rig.serves[n - 1].as_ref().unwrap().signal(Signal::Cont);
+                rig.serves[n - 1].as_ref().unwrap().resume();
                 up[n - 1] = true;
             }
             Fault::PeerDown

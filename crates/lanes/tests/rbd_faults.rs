@@ -540,10 +540,10 @@ fn faults_under_load_lose_no_acknowledged_write() {
                 } else {
                     LONG_PAUSE
                 };
-                gws[g].serve().signal(Signal::Stop);
+                gws[g].serve().pause();
                 let change = change(p);
                 std::thread::sleep(hold);
-                gws[g].serve().signal(Signal::Cont);
+                gws[g].serve().resume();
                 change
             }
             Fault::OsdRestart(osd) => {

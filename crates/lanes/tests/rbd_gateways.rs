@@ -357,7 +357,6 @@ fn a_blocklisted_gateway_sends_its_hosts_to_other_paths_then_reconnects(cluster:
 /// NOT READY from the fence), A's next write is refused by the cluster (02/04/0C), and X
 /// keeps what was written through B after the reset.
 fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster: &Cluster) {
-    use lanes_test_support::serve::Signal;
     cluster.image("race", "64M");
     let dir = tempfile::tempdir().unwrap();
     let g = |name| gateway(cluster, dir.path(), name, "rbd/race");
@@ -368,8 +367,7 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster:
         let sb = login(&b, "iqn.2026-11.test:host").await;
         let lba = 2000u32;
         assert_eq!(write10(&sa, lba, 0x11).await, (0, None));
-        a.signal(Signal::Stop);
-        wait_stopped(a.child.id());
+        a.pause();
         let held = {
             let sa = sa.clone();
             tokio::spawn(async move { write10(&sa, lba, 0x22).await })
@@ -380,7 +378,7 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster:
         // The reset's unit attention on B's own nexus, then the newer write.
         let _ = sb.test_unit_ready().await;
         assert_eq!(write10(&sb, lba, 0x33).await, (0, None), "the newer write");
-        a.signal(Signal::Cont);
+        a.resume();
         let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), held)
             .await
             .expect("A answers the held write once resumed")
@@ -544,7 +542,6 @@ async fn port_groups_become(
 /// acknowledge): B reports group 1 unavailable. A resumes, finds itself fenced, reconnects,
 /// and both report both groups active/optimized again.
 fn every_gateway_reports_every_gateways_port_group_state(cluster: &Cluster) {
-    use lanes_test_support::serve::Signal;
     cluster.image("alua", "64M");
     let dir = tempfile::tempdir().unwrap();
     let a = tagged_gateway(cluster, dir.path(), "a", "rbd/alua", 1);
@@ -555,11 +552,10 @@ fn every_gateway_reports_every_gateways_port_group_state(cluster: &Cluster) {
     rt.block_on(async {
         port_groups_become(&[&a, &b], &both_optimized, bound).await;
         let sb = login(&b, "iqn.2026-11.test:host").await;
-        a.signal(Signal::Stop);
-        wait_stopped(a.child.id());
+        a.pause();
         sb.lun_reset().await.expect("LUN RESET through B");
         port_groups_become(&[&b], &[(1, 3), (2, 0)], bound).await;
-        a.signal(Signal::Cont);
+        a.resume();
         port_groups_become(&[&a, &b], &both_optimized, bound).await;
     });
 }
@@ -572,29 +568,6 @@ async fn ready(s: &Session) {
         }
     }
     panic!("TEST UNIT READY never GOOD");
-}
-
-/// Waits until every thread of process `pid` is stopped (SIGSTOP is delivered to each
-/// thread as it next runs): until then one of them may still be sending I/O.
-fn wait_stopped(pid: u32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc");
-        let all = tasks.filter_map(Result::ok).all(|t| {
-            std::fs::read_to_string(t.path().join("stat"))
-                .ok()
-                .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
-                .unwrap_or(true)
-        });
-        if all {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "process {pid} not stopped"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 /// WRITE(10) of one 512-byte block filled with `fill`: the status and the sense triplet.

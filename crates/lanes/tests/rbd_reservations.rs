@@ -274,7 +274,7 @@ fn silent_gateways_are_fenced_by_the_next_change(cluster: &Cluster) {
         assert_eq!(write(&sb).await, 0, "B writes before the fault");
         c.stop(Signal::Kill, std::time::Duration::from_secs(10))
             .expect("C exits on SIGKILL");
-        b.signal(Signal::Stop);
+        b.pause();
         let started = std::time::Instant::now();
         assert_eq!(pr_out(&sa, 0, 0, 0, 0xA1).await, 0, "REGISTER through A");
         println!(
@@ -293,7 +293,7 @@ fn silent_gateways_are_fenced_by_the_next_change(cluster: &Cluster) {
             );
         }
         assert!(!blocklist.contains(after[0].as_str()), "A fenced itself");
-        b.signal(Signal::Cont);
+        b.resume();
         // B learns of its fence from the OSD map with its next I/O.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {

@@ -214,6 +214,30 @@ impl ServeChild {
         }
     }
 
+    /// SIGSTOP, returning once every thread of the process is stopped. The kernel delivers
+    /// the stop to each thread as that thread next runs, so right after `kill` returns a
+    /// thread that was already running (a Ceph messenger answering a notify, a socket
+    /// writer) may still do a little work; a test that pauses a node to see what happens
+    /// without it must wait for this.
+    pub fn pause(&self) {
+        self.signal(Signal::Stop);
+        let pid = self.child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} not stopped after 10 s"
+            );
+            // Polling a state the kernel offers no notification for; each round checks it.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal(Signal::Cont);
+    }
+
     /// Sends `signal` and waits up to `timeout` for the exit.
     pub fn stop(&mut self, signal: Signal, timeout: Duration) -> Option<ExitStatus> {
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
@@ -231,6 +255,24 @@ impl ServeChild {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Whether every thread of `pid` is in the stopped state (`T`, or `t` under a tracer). A
+/// process that has exited counts as stopped: it does nothing any more.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                let (_, rest) = stat.rsplit_once(") ")?;
+                Some(rest.starts_with('T') || rest.starts_with('t'))
+            })
+            // A thread that ended between the listing and the read.
+            .unwrap_or(true)
+    })
 }
 
 impl Drop for ServeChild {
