@@ -106,8 +106,14 @@ pub enum Action {
         fua: bool,
         data: Bytes,
     },
-    /// Read blocks locally for resync; call `resync_read_done(token, data)`.
-    ReadForResync { token: Token, lba: u64, blocks: u32 },
+    /// Read blocks locally for resync; call `resync_read_done(token, data)` with the blocks,
+    /// or with `sums`, with their [`crate::node::block_sums`] (computed off the core's task).
+    ReadForResync {
+        token: Token,
+        lba: u64,
+        blocks: u32,
+        sums: bool,
+    },
     /// Read blocks locally for a COMPARE AND WRITE; call `caw_read_done(token, data)`.
     ReadForCaw { token: Token, lba: u64, blocks: u32 },
     /// Make every completed local write durable; call `fsync_done(token)`.

@@ -23,19 +23,36 @@ fn free_addr() -> SocketAddr {
 }
 
 impl Etcd {
-    /// A fresh single-member cluster.
+    /// A fresh single-member cluster. Its two ports are ones the kernel just handed out and
+    /// released, so a test running beside it may take one first: etcd then fails to bind,
+    /// and it starts again on two new ports (a few times at most).
     pub fn start() -> Etcd {
-        let mut etcd = Etcd {
-            child: None,
-            client: free_addr(),
-            peer: free_addr(),
-            dir: tempfile::tempdir().expect("tempdir"),
-        };
-        etcd.spawn();
-        etcd
+        let mut attempt = 1;
+        loop {
+            let mut etcd = Etcd {
+                child: None,
+                client: free_addr(),
+                peer: free_addr(),
+                dir: tempfile::tempdir().expect("tempdir"),
+            };
+            match etcd.try_spawn() {
+                Ok(()) => return etcd,
+                Err(log) if log.contains("address already in use") && attempt < 5 => {
+                    attempt += 1;
+                }
+                Err(log) => panic!("etcd exited before serving clients:\n{log}"),
+            }
+        }
     }
 
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("etcd exited before serving clients:\n{log}");
+        }
+    }
+
+    /// Starts etcd and waits until it serves clients; its log when it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let client = format!("http://{}", self.client);
         let peer = format!("http://{}", self.peer);
         let mut child = Command::new("etcd")
@@ -78,8 +95,14 @@ impl Etcd {
             }
         });
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Ok(())) => self.child = Some(child),
-            Ok(Err(log)) => panic!("etcd exited before serving clients:\n{log}"),
+            Ok(Ok(())) => {
+                self.child = Some(child);
+                Ok(())
+            }
+            Ok(Err(log)) => {
+                let _ = child.wait();
+                Err(log)
+            }
             Err(_) => {
                 let _ = child.kill();
                 panic!("etcd did not serve clients within 30 s")

@@ -38,6 +38,23 @@ impl Driver {
         }));
     }
 
+    /// Reads `blocks` blocks at `lba` on a local I/O thread; `done` makes the core's input of
+    /// what was read.
+    fn read_local(
+        &mut self,
+        lba: u64,
+        blocks: u32,
+        done: impl FnOnce(Bytes) -> Input + Send + 'static,
+    ) {
+        let (dev, off) = (self.local.clone(), lba * self.block_size);
+        let len = u64::from(blocks) * self.block_size;
+        self.blocking(move || {
+            let mut buf = vec![0u8; len as usize];
+            dev.read_at(&mut buf, off)?;
+            Ok(done(Bytes::from(buf)))
+        });
+    }
+
     pub(super) fn action(&mut self, a: Action) {
         match a {
             // Encoded straight into the session's output; written once the pass is over.
@@ -70,23 +87,25 @@ impl Driver {
                     Ok(Input::Applied(token))
                 });
             }
-            Action::ReadForResync { token, lba, blocks } => {
-                let (dev, off) = (self.local.clone(), lba * self.block_size);
-                let len = u64::from(blocks) * self.block_size;
-                self.blocking(move || {
-                    let mut buf = vec![0u8; len as usize];
-                    dev.read_at(&mut buf, off)?;
-                    Ok(Input::ResyncRead(token, Bytes::from(buf)))
+            Action::ReadForResync {
+                token,
+                lba,
+                blocks,
+                sums,
+            } => {
+                let block_size = self.block_size as u32;
+                self.read_local(lba, blocks, move |data| {
+                    // Hashed here, on the I/O thread: the core's task answers heartbeats.
+                    let data = if sums {
+                        Bytes::from(replication::node::block_sums(&data, block_size))
+                    } else {
+                        data
+                    };
+                    Input::ResyncRead(token, data)
                 });
             }
             Action::ReadForCaw { token, lba, blocks } => {
-                let (dev, off) = (self.local.clone(), lba * self.block_size);
-                let len = u64::from(blocks) * self.block_size;
-                self.blocking(move || {
-                    let mut buf = vec![0u8; len as usize];
-                    dev.read_at(&mut buf, off)?;
-                    Ok(Input::CawRead(token, Bytes::from(buf)))
-                });
+                self.read_local(lba, blocks, move |data| Input::CawRead(token, data));
             }
             Action::Fsync { token } => {
                 let dev = self.local.clone();

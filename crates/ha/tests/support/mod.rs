@@ -38,6 +38,11 @@ pub fn free_addr() -> SocketAddr {
 
 impl Pair {
     pub fn new() -> Pair {
+        // RUST_LOG=lanes_ha=debug shows both nodes' logs beside a failure.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let etcd = Etcd::start();
         let dir = tempfile::tempdir().unwrap();
         let disk = |n: usize| -> Arc<dyn BlockDevice> {

@@ -42,7 +42,7 @@ use crate::intervals::Intervals;
 use crate::meta::{self, Generations, Meta, MetaOp};
 use crate::wire::{Body, Channel, Header, Message, NodeId};
 
-pub use resync::{decide, Decision};
+pub use resync::{block_sums, decide, Decision, SUM_BYTES};
 
 use ops::Slab;
 

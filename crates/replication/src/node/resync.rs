@@ -123,15 +123,19 @@ fn take_chunk(
 }
 
 /// Bytes of checksum per block in `ResyncSums`.
-pub(crate) const SUM_BYTES: usize = 8;
+pub const SUM_BYTES: usize = 8;
 
-/// The checksum of each `block_size` block of `data`: the first 8 bytes of its SHA-256.
+/// The checksum of each `block_size` block of `data`: the first 8 bytes of its SHA-256. The
+/// driver computes these where it reads the blocks (`Action::ReadForResync` with `sums`), not
+/// the core: hashing a chunk takes long enough (a millisecond for 256 KiB, far more in a
+/// debug build) that, on the task that also answers heartbeats, a resync under load made
+/// the peer declare the node silent and start the resync over, again and again.
 ///
 /// Not CRC32C: a CRC is affine, so every block that ends with the CRC32C of the rest (a
 /// common on-disk layout, and the simulation's block tags) has the same CRC32C, and blocks
 /// with a CRC field elsewhere collide far more often than 2^-32. A truncated cryptographic
 /// hash has no such structure: 2^-64 per differing block.
-fn block_sums(data: &[u8], block_size: u32) -> Vec<u8> {
+pub fn block_sums(data: &[u8], block_size: u32) -> Vec<u8> {
     use sha2::Digest;
     let mut out = Vec::with_capacity(data.len() / block_size as usize * SUM_BYTES);
     for b in data.chunks(block_size as usize) {
@@ -438,7 +442,8 @@ impl Replica {
         }
     }
 
-    /// A local read for resync finished.
+    /// A local read for resync finished: the blocks, or for a read with `sums` their
+    /// [`block_sums`].
     pub fn resync_read_done(&mut self, now: Nanos, token: Token, data: bytes::Bytes) {
         let Some(slot) = self.ops.slot_of(token) else {
             return;
@@ -454,16 +459,17 @@ impl Replica {
         if current {
             self.resync_moved = now;
         }
-        let ok = data.len() as u64 == u64::from(blocks) * u64::from(self.cfg.block_size);
+        let per_block = if kind == Kind::ResyncRead {
+            self.cfg.block_size as usize
+        } else {
+            SUM_BYTES
+        };
+        let ok = data.len() as u64 == u64::from(blocks) * per_block as u64;
         if kind == Kind::ResyncCompare {
             if current && matches!(self.state, State::ResyncTarget { .. }) {
                 // A short read counts as differing everywhere: those blocks are copied.
                 let mut differ = vec![0u8; (blocks as usize).div_ceil(8)];
-                let mine = if ok {
-                    block_sums(&data, self.cfg.block_size)
-                } else {
-                    Vec::new()
-                };
+                let mine: &[u8] = if ok { &data } else { &[] };
                 for i in 0..blocks as usize {
                     let at = SUM_BYTES * i..SUM_BYTES * (i + 1);
                     if mine.get(at.clone()) != sums.get(at) {
@@ -496,11 +502,10 @@ impl Replica {
         if current && ok && matches!(self.state, State::ResyncSource { .. }) {
             if checksums {
                 self.stats.resync_compared_blocks += u64::from(blocks);
-                let sums = block_sums(&data, self.cfg.block_size);
                 self.send(Body::ResyncSums(ResyncSums {
                     lba,
                     blocks,
-                    sums: sums.into(),
+                    sums: data,
                 }));
             } else {
                 self.stats.resync_blocks += u64::from(blocks);

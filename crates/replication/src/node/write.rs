@@ -305,6 +305,7 @@ impl Replica {
                     token,
                     lba: op.lba,
                     blocks: op.blocks,
+                    sums: op.kind != Kind::ResyncRead,
                 }
             } else {
                 Action::Apply {

@@ -100,6 +100,15 @@ pub struct Outcome {
     pub odd_rounds: Vec<String>,
 }
 
+/// What a local read is for, and so what the node is handed back.
+#[derive(Debug, Clone, Copy)]
+enum ReadFor {
+    Caw,
+    Resync,
+    /// A resync read with `sums`: the blocks' checksums, as the driver hashes them.
+    ResyncSums,
+}
+
 #[derive(Debug)]
 enum Ev {
     Tick(usize),
@@ -117,7 +126,7 @@ enum Ev {
         token: Token,
         lba: u64,
         blocks: u32,
-        caw: bool,
+        for_: ReadFor,
     },
     Fsync {
         n: usize,
@@ -481,7 +490,7 @@ impl World {
                 token,
                 lba,
                 blocks,
-                caw,
+                for_,
             } => {
                 if self.nodes[n].inc != inc || !self.alive(n) {
                     return;
@@ -490,10 +499,19 @@ impl World {
                 for b in lba..lba + u64::from(blocks) {
                     v.extend_from_slice(&self.nodes[n].disk.read(b));
                 }
-                if caw {
-                    self.call(n, |r, now| r.caw_read_done(now, token, Bytes::from(v)));
-                } else {
-                    self.call(n, |r, now| r.resync_read_done(now, token, Bytes::from(v)));
+                match for_ {
+                    ReadFor::Caw => {
+                        self.call(n, |r, now| r.caw_read_done(now, token, Bytes::from(v)))
+                    }
+                    ReadFor::Resync => {
+                        self.call(n, |r, now| r.resync_read_done(now, token, Bytes::from(v)))
+                    }
+                    ReadFor::ResyncSums => {
+                        let sums = replication::node::block_sums(&v, BLOCK as u32);
+                        self.call(n, |r, now| {
+                            r.resync_read_done(now, token, Bytes::from(sums))
+                        })
+                    }
                 }
             }
             Ev::Fsync { n, inc, token } => {
@@ -650,8 +668,18 @@ impl World {
                     },
                 );
             }
-            Action::ReadForResync { token, lba, blocks } => {
+            Action::ReadForResync {
+                token,
+                lba,
+                blocks,
+                sums,
+            } => {
                 let d = self.rng.gen_range(20..2000) * US;
+                let for_ = if sums {
+                    ReadFor::ResyncSums
+                } else {
+                    ReadFor::Resync
+                };
                 self.at(
                     d,
                     Ev::Read {
@@ -660,7 +688,7 @@ impl World {
                         token,
                         lba,
                         blocks,
-                        caw: false,
+                        for_,
                     },
                 );
             }
@@ -674,7 +702,7 @@ impl World {
                         token,
                         lba,
                         blocks,
-                        caw: true,
+                        for_: ReadFor::Caw,
                     },
                 );
             }

@@ -152,9 +152,19 @@ impl Pair {
                 self.disks[i][at..at + blocks as usize * BS].copy_from_slice(&data);
                 n.apply_done(now, token);
             }
-            Action::ReadForResync { token, lba, blocks } => {
+            Action::ReadForResync {
+                token,
+                lba,
+                blocks,
+                sums,
+            } => {
                 let at = lba as usize * BS;
-                let data = Bytes::copy_from_slice(&self.disks[i][at..at + blocks as usize * BS]);
+                let data = &self.disks[i][at..at + blocks as usize * BS];
+                let data = if sums {
+                    Bytes::from(super::block_sums(data, BS as u32))
+                } else {
+                    Bytes::copy_from_slice(data)
+                };
                 n.resync_read_done(now, token, data);
             }
             Action::MarkInSync { .. } => n.in_sync_result(now, true),
