@@ -43,7 +43,15 @@ enum Mode {
 }
 
 /// Open the population and hold it for at most this long.
-struct Command(Duration, mpsc::Sender<HoldReport>);
+/// Hold for at most this long; tell the first sender when the population is open, the
+/// second the outcome.
+struct Command(Duration, mpsc::Sender<Duration>, mpsc::Sender<HoldReport>);
+
+/// A hold under way: when the population is open (how long opening it took), then the outcome.
+pub struct Holding {
+    pub opened: mpsc::Receiver<Duration>,
+    pub report: mpsc::Receiver<HoldReport>,
+}
 
 struct Peer {
     stream: TcpStream,
@@ -99,13 +107,14 @@ impl Abuser {
     }
 
     /// Opens the population afresh and holds it until the server has dropped all of it (at
-    /// most `within`); the report arrives on the returned channel.
-    pub fn hold(&self, within: Duration) -> mpsc::Receiver<HoldReport> {
-        let (tx, rx) = mpsc::channel();
+    /// most `within`).
+    pub fn hold(&self, within: Duration) -> Holding {
+        let (opened_tx, opened) = mpsc::channel();
+        let (report_tx, report) = mpsc::channel();
         self.commands
-            .send(Command(within, tx))
+            .send(Command(within, opened_tx, report_tx))
             .expect("abuser alive");
-        rx
+        Holding { opened, report }
     }
 
     pub fn stop(self) -> Stats {
@@ -131,15 +140,17 @@ fn run(
     let mut mode = Mode::Off;
     loop {
         match commands.recv_timeout(TICK) {
-            Ok(Command(within, report)) => {
+            Ok(Command(within, opened, report)) => {
                 peers.clear();
                 let started = Instant::now();
                 open(portal, idle, slow, &mut peers, &mut stats);
+                let opening = started.elapsed();
+                let _ = opened.send(opening);
                 mode = Mode::Hold {
                     deadline: Instant::now() + within,
                     lifetimes: Vec::new(),
                     report,
-                    opening: started.elapsed(),
+                    opening,
                 };
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -8,7 +8,8 @@ use super::{Abuser, HoldReport, Stats};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 const PREFIX: &str = "ABUSER";
@@ -24,6 +25,8 @@ pub struct AbuserProcess {
     child: Child,
     stdin: Option<ChildStdin>,
     messages: mpsc::Receiver<Message>,
+    /// Set once the population of the hold under way is open; cleared by `hold`.
+    opened: Arc<AtomicBool>,
 }
 
 impl Drop for AbuserProcess {
@@ -52,11 +55,17 @@ impl AbuserProcess {
             .expect("spawn the abuser process");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, messages) = mpsc::channel();
+        let opened = Arc::new(AtomicBool::new(false));
+        let set_opened = opened.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let words: Vec<&str> = line.split_whitespace().collect();
                 let n = |i: usize| words.get(i).and_then(|w| w.parse::<u64>().ok());
                 let message = match words.as_slice() {
+                    [PREFIX, "opened", ..] => {
+                        set_opened.store(true, Ordering::SeqCst);
+                        continue;
+                    }
                     [PREFIX, "report", ..] => Message::Report(HoldReport {
                         still_open: n(2).unwrap_or(u64::MAX) as usize,
                         opening: Duration::from_micros(n(3).unwrap_or(u64::MAX)),
@@ -87,15 +96,22 @@ impl AbuserProcess {
             child,
             stdin,
             messages,
+            opened,
         }
     }
 
     /// Opens the population afresh and holds it until the server has dropped it all (at most
     /// `within`); collect the outcome with `report`.
     pub fn hold(&mut self, within: Duration) {
+        self.opened.store(false, Ordering::SeqCst);
         let stdin = self.stdin.as_mut().expect("abuser running");
         writeln!(stdin, "hold {}", micros(within)).expect("command the abuser");
         stdin.flush().expect("command the abuser");
+    }
+
+    /// Set once the population of the hold under way is open.
+    pub fn opened(&self) -> Arc<AtomicBool> {
+        self.opened.clone()
     }
 
     pub fn report(&self, within: Duration) -> HoldReport {
@@ -137,10 +153,12 @@ pub fn child_main() {
         else {
             continue;
         };
-        let report = abuser
-            .hold(Duration::from_micros(within))
-            .recv()
-            .expect("hold report");
+        let holding = abuser.hold(Duration::from_micros(within));
+        if let Ok(opening) = holding.opened.recv() {
+            let _ = writeln!(out, "{PREFIX} opened {}", micros(opening));
+            let _ = out.flush();
+        }
+        let report = holding.report.recv().expect("hold report");
         let lifetimes: Vec<String> = report
             .lifetimes
             .iter()
