@@ -1,8 +1,6 @@
 //! One TCP connection: login, then the full-feature phase's receive side (command ordering,
 //! Data-Out collection, task management, NOP pings, logout). Sending is `writer::Writer`.
 
-use crate::limits::Limit;
-use crate::login_phase::ConnectionPolicy;
 use crate::pool::BufferPool;
 use crate::send_queue::{Backlog, OutSender};
 use crate::server::{Portal, Server};
@@ -10,21 +8,22 @@ use crate::session::{Begin, ConnectionHandle, Delivery, ReleasedCommand, Session
 use crate::stats::ConnectionStats;
 use crate::writer::{Outbound, Writer};
 
+mod login;
 mod text;
 mod writes;
 
 use bytes::{Bytes, BytesMut};
-use iscsi_proto::login::{LoginStep, TargetLogin};
 use iscsi_proto::negotiation::ConnectionParams;
 use iscsi_proto::pdu::*;
 use iscsi_proto::text_exchange::TextResponder;
 use iscsi_proto::window::R2tRequest;
+use login::LoggedIn;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -74,99 +73,16 @@ pub async fn run(
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::new();
-    let framer = Framer::default();
-    let mut login = TargetLogin::new(server.login_defaults());
-    let mut policy = ConnectionPolicy {
-        server: server.clone(),
-        portal,
-        peer,
-        cmd_sn: 0,
-        session: None,
-        reinstated: None,
-        authorized_with: None,
-    };
-    let limits = &server.limits;
-    let deadline = Instant::now() + limits.config.login_timeout;
-    let mut login_text = crate::limits::LoginText::default();
-    let (outcome, cid, stat_sn) = loop {
-        let pdu =
-            match tokio::time::timeout_at(deadline, read_pdu(&mut rd, &mut buf, &framer)).await {
-                Ok(Ok(p)) => p,
-                Ok(Err(_)) => return,
-                Err(_) => {
-                    limits.login_timed_out(peer, local);
-                    return;
-                }
-            };
-        let Pdu::LoginRequest(req) = pdu else {
-            // RFC 7143 6.1: only Login Requests are allowed before the login completes.
-            limits.log.hit(peer.ip(), Limit::LoginRefused, || {
-                format!("non-login PDU during login from {peer} on {local}; closing")
-            });
-            return;
-        };
-        policy.cmd_sn = req.cmd_sn;
-        let step = match login_text.check(&req, &limits.config) {
-            Ok(()) => login.handle(&req, &mut policy),
-            Err(step) => {
-                limits.log.hit(peer.ip(), Limit::TextSize, || {
-                    format!("login text over text-keys/text-bytes from {peer} on {local}")
-                });
-                step
-            }
-        };
-        let (resp, done) = match step {
-            LoginStep::Continue(resp) => (resp, None),
-            LoginStep::Complete(resp, outcome) => (resp, Some(outcome)),
-            LoginStep::Failed(resp, refusal) => {
-                limits.log.hit(peer.ip(), Limit::LoginRefused, || {
-                    let initiator = login_initiator(&req, &login);
-                    format!("login refused: {refusal}; initiator {initiator}, peer {peer}, portal {local}")
-                });
-                let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-                let _ = tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await;
-                return;
-            }
-        };
-        if let Some(outcome) = done {
-            // The old session's tasks end before the new one starts (RFC 7143 6.3.5).
-            if let Some(old) = policy.reinstated.take() {
-                old.drain().await;
-                // `admit` has taken it out of the session table already, so `remove_session`
-                // would not see it: its I_T nexus ends here (its SPC-2 reservation and unit
-                // attentions go), or a peer reinstating in a loop would leave them behind.
-                if let Some(t) = &old.target {
-                    t.luns.nexus_lost(&old.nexus);
-                }
-            }
-            let stat_sn = resp.stat_sn.wrapping_add(1);
-            let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-            if !matches!(
-                tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await,
-                Ok(Ok(()))
-            ) {
-                if let Some(s) = &policy.session {
-                    if s.connection_count() == 0 {
-                        server.remove_session(s);
-                    }
-                }
-                return;
-            }
-            break (outcome, req.cid, stat_sn);
-        }
-        let bytes = framer.encode_to_vec(&Pdu::LoginResponse(resp));
-        match tokio::time::timeout_at(deadline, wr.write_all(&bytes)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
-            Err(_) => {
-                limits.login_timed_out(peer, local);
-                return;
-            }
-        }
-    };
-    let Some(session) = policy.session.take() else {
+    let Some(LoggedIn {
+        session,
+        outcome,
+        cid,
+        stat_sn,
+    }) = login::log_in(&server, &mut rd, &mut wr, &mut buf, portal, peer, local).await
+    else {
         return;
     };
+    let limits = &server.limits;
     info!(
         initiator = %session.initiator_name,
         %peer,
@@ -274,13 +190,6 @@ pub async fn run(
         session.close_all();
         session.drain().await;
         server.remove_session(&session);
-    }
-}
-
-fn login_initiator(req: &LoginRequest, login: &TargetLogin) -> String {
-    match login.initiator_name() {
-        "" => format!("(unnamed, isid {:02x?})", req.isid),
-        name => name.to_owned(),
     }
 }
 
