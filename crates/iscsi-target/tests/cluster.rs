@@ -4,21 +4,13 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use lanes_iscsi_target::config::{CliOverrides, ServeConfig};
 use lanes_test_support::etcd::Etcd;
 use support::*;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Both nodes' portal groups (1 on node 1, 2 on node 2), one 16 MiB LUN of 512-byte blocks.
 fn cluster_toml(etcd: SocketAddr, portals: [u16; 2], repl: [u16; 2], node_line: &str) -> String {
@@ -187,8 +179,8 @@ fn rtpg(c: &mut Conn) -> Vec<(u16, u8)> {
 #[test]
 fn two_servers_replicate_one_lun_and_report_both_port_groups() {
     let etcd = Etcd::start();
-    let portals = [free_port(), free_port()];
-    let repl = [free_port(), free_port()];
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
     let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
     assert_eq!(
@@ -247,8 +239,8 @@ fn two_servers_replicate_one_lun_and_report_both_port_groups() {
 #[test]
 fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
     let mut etcd = Etcd::start();
-    let portals = [free_port(), free_port()];
-    let repl = [free_port(), free_port()];
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
     let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
     wait_role(&node1, "Paired");
@@ -297,8 +289,8 @@ fn caw16(c: &mut Conn, lba: u64, verify: &[u8], write: &[u8]) -> ScsiResult {
 #[test]
 fn caws_racing_through_both_nodes_have_one_winner_per_round() {
     let etcd = Etcd::start();
-    let portals = [free_port(), free_port()];
-    let repl = [free_port(), free_port()];
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
     let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
     wait_role(&node1, "Paired");

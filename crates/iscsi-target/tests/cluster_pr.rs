@@ -6,20 +6,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use lanes_test_support::etcd::Etcd;
 use support::*;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Portal group 1 on node 1, 2 on node 2, one 16 MiB LUN in `root` (so a node can restart
 /// over the same files).
@@ -149,7 +141,8 @@ fn a_reservation_through_one_node_binds_the_other() {
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
-    let (portals, repl) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 1));
     let node2 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 2));
     wait_role(&node1, "Paired");
@@ -199,7 +192,8 @@ fn a_returning_node_takes_the_survivors_reservations() {
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
-    let (portals, repl) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 1));
     let node2 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 2));
     wait_role(&node1, "Paired");
@@ -237,7 +231,8 @@ fn an_spc2_reservation_through_one_node_binds_the_other_until_logout() {
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
-    let (portals, repl) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
     let node1 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 1));
     let node2 = TestServer::start(&pair_toml(&d, etcd.client, portals, repl, 2));
     wait_role(&node1, "Paired");

@@ -147,8 +147,7 @@ fn metrics(port: u16) -> String {
 #[test]
 fn status_lists_smb_sessions_and_channels() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let metrics_port = free_port();
+    let [port, metrics_port] = lanes_test_support::ports::free_ports();
     let cfg = config(dir.path(), port, "");
     add_carol(dir.path(), &cfg);
     let metrics_addr = format!("127.0.0.1:{metrics_port}");

@@ -2,7 +2,7 @@
 //! directory; for the HA witness's tests. Ready when etcd logs that it serves clients.
 
 use std::io::{BufRead as _, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -15,13 +15,6 @@ pub struct Etcd {
     dir: tempfile::TempDir,
 }
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
 impl Etcd {
     /// A fresh single-member cluster. Its two ports are ones the kernel just handed out and
     /// released, so a test running beside it may take one first: etcd then fails to bind,
@@ -29,10 +22,11 @@ impl Etcd {
     pub fn start() -> Etcd {
         let mut attempt = 1;
         loop {
+            let [client, peer] = crate::ports::free_addrs();
             let mut etcd = Etcd {
                 child: None,
-                client: free_addr(),
-                peer: free_addr(),
+                client,
+                peer,
                 dir: tempfile::tempdir().expect("tempdir"),
             };
             match etcd.try_spawn() {

@@ -8,6 +8,7 @@
 pub mod ceph;
 pub mod config;
 pub mod etcd;
+pub mod ports;
 pub mod serve;
 pub mod tgt;
 

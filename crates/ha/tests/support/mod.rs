@@ -2,7 +2,7 @@
 //! local disks: the harness shared by the pair tests.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,13 +29,6 @@ pub struct Pair {
     pub disks: [Arc<dyn BlockDevice>; 2],
 }
 
-pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 impl Pair {
     pub fn new() -> Pair {
         // RUST_LOG=lanes_ha=debug shows both nodes' logs beside a failure.
@@ -55,7 +48,7 @@ impl Pair {
             dir: dir.path().to_path_buf(),
             _dir: dir,
             etcd,
-            listen: [free_addr(), free_addr()],
+            listen: lanes_test_support::ports::free_addrs(),
         }
     }
 
