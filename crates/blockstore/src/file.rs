@@ -44,6 +44,9 @@ pub struct FileDevice {
     /// Cleared the first time the kernel answers RWF_NOWAIT writes with EOPNOTSUPP (ext4,
     /// which has no buffered NOWAIT writes): from then on every write is a blocking one.
     nowait_writes: AtomicBool,
+    /// Cleared the first time the kernel answers RWF_NOWAIT reads with EOPNOTSUPP (tmpfs on
+    /// this kernel): from then on every read is a blocking one, without the failed call.
+    nowait_reads: AtomicBool,
 }
 
 impl FileDevice {
@@ -100,6 +103,7 @@ impl FileDevice {
             file,
             size: AtomicU64::new(size),
             nowait_writes: AtomicBool::new(true),
+            nowait_reads: AtomicBool::new(true),
         })
     }
 }
@@ -141,15 +145,27 @@ impl BlockDevice for FileDevice {
 
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         check_range(self.size_bytes(), offset, buf.len() as u64)?;
+        if !self.reads_nowait() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
         read_fully(buf, offset, |b, at| {
             let mut slices = [std::io::IoSliceMut::new(b)];
             match rustix::io::preadv2(&self.file, &mut slices, at, ReadWriteFlags::NOWAIT) {
                 Ok(n) => Ok(n),
                 Err(rustix::io::Errno::INTR) => Err(ErrorKind::Interrupted.into()),
-                // EAGAIN: not cached; EOPNOTSUPP: the kernel or file system cannot say.
+                Err(rustix::io::Errno::OPNOTSUPP) => {
+                    // The kernel or file system cannot say whether the data is cached.
+                    self.nowait_reads.store(false, Ordering::Relaxed);
+                    Err(ErrorKind::WouldBlock.into())
+                }
+                // EAGAIN: not cached.
                 Err(_) => Err(ErrorKind::WouldBlock.into()),
             }
         })
+    }
+
+    fn reads_nowait(&self) -> bool {
+        self.nowait_reads.load(Ordering::Relaxed)
     }
 
     fn write_vectored_at_nowait(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
@@ -318,6 +334,36 @@ mod tests {
             d.read_at_nowait(&mut back, (1 << 20) - 10).is_err(),
             "range checked"
         );
+    }
+
+    #[test]
+    fn nowait_reads_stop_once_the_file_system_cannot_do_them() {
+        // tmpfs answers RWF_NOWAIT reads with EOPNOTSUPP on some kernels (Debian 12's 6.1),
+        // ext4 serves them from the page cache: whichever this machine has, the device says
+        // so afterwards and never loses data.
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let d = FileDevice::open(dir.path().join("v.img"), Some(1 << 20)).unwrap();
+        let data = vec![0x3cu8; 4096];
+        d.write_at(&data, 8192).unwrap();
+        let mut back = vec![0u8; 4096];
+        match d.read_at_nowait(&mut back, 8192) {
+            Ok(()) => {
+                assert_eq!(back, data);
+                assert!(d.reads_nowait(), "it worked, so it is kept");
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::WouldBlock);
+                assert!(
+                    !d.reads_nowait(),
+                    "tmpfs data is always in memory: unsupported"
+                );
+            }
+        }
+        d.nowait_reads.store(false, Ordering::Relaxed);
+        let e = d.read_at_nowait(&mut back, 8192).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock, "off means off");
+        d.read_at(&mut back, 8192).unwrap();
+        assert_eq!(back, data);
     }
 
     #[test]

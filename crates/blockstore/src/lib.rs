@@ -86,6 +86,12 @@ pub trait BlockDevice: Send + Sync + 'static {
         Err(std::io::ErrorKind::WouldBlock.into())
     }
 
+    /// Whether `read_at_nowait` can complete at all, so a caller skips preparing a buffer for
+    /// a call that would only say `WouldBlock`. The default never completes inline.
+    fn reads_nowait(&self) -> bool {
+        false
+    }
+
     /// `write_vectored_at` for an event-loop thread: completes only if it is short (a copy
     /// into memory that waits for no disk I/O), `ErrorKind::WouldBlock` otherwise, possibly
     /// after part of the data was written (the caller then writes it all again, which is

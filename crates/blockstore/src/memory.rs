@@ -69,6 +69,10 @@ impl BlockDevice for MemoryDevice {
         Ok(())
     }
 
+    fn reads_nowait(&self) -> bool {
+        true
+    }
+
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.read_at(buf, offset)
     }

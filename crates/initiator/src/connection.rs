@@ -3,7 +3,7 @@
 //! demultiplexes the target's PDUs by ITT: Data-In into the command's buffer, status to its
 //! waiter, R2T answered with Data-Out, NOP-In pings answered, StatSN and MaxCmdSN tracked.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use iscsi_proto::pdu::*;
 use iscsi_proto::{serial, Framer};
 use std::collections::HashMap;
@@ -21,6 +21,11 @@ use crate::Error;
 /// sequential reads: 1.4 GB/s with 64 KiB, 2 GB/s and more from 512 KiB up, on loopback). A
 /// read returned without copying keeps its chunk alive until the caller drops it.
 const READ_CHUNK: usize = 1 << 20;
+
+/// Data-In segments at least this long that have not all arrived yet are read from the socket
+/// straight into their command's buffer (`read_data_in_direct`): each byte is copied once,
+/// not into the receive buffer first and then into the command's.
+const DIRECT_MIN: usize = 64 * 1024;
 
 /// A command waiting for its answer.
 pub(crate) struct Pending {
@@ -73,6 +78,26 @@ impl ReadBuffer {
             }
         }
         *self = ReadBuffer::Assembled(buf);
+    }
+
+    /// The buffer to read Data-In at `offset` into in place, taken out (the caller puts it back
+    /// as `Assembled`), when that data comes next in order; `None` leaves `self` as it was.
+    fn take_in_order(&mut self, offset: usize, expected: usize) -> Option<BytesMut> {
+        match self {
+            ReadBuffer::Empty if offset == 0 => Some(BytesMut::with_capacity(expected)),
+            ReadBuffer::Whole(first) if first.len() == offset => {
+                let mut b = BytesMut::with_capacity(expected);
+                b.extend_from_slice(first);
+                *self = ReadBuffer::Empty;
+                Some(b)
+            }
+            ReadBuffer::Assembled(b) if b.len() == offset => {
+                let b = std::mem::take(b);
+                *self = ReadBuffer::Empty;
+                Some(b)
+            }
+            _ => None,
+        }
     }
 
     fn into_bytes(self) -> Bytes {
@@ -215,8 +240,28 @@ pub(crate) async fn read_loop(
             Ok(None) => {}
             Err(e) => break Error::Protocol(format!("undecodable PDU: {e}")),
         }
-        buf.reserve(framer.bytes_needed(&buf).max(READ_CHUNK));
-        match rd.read_buf(&mut buf).await {
+        match framer.split_data_in_head(&mut buf, DIRECT_MIN) {
+            Ok(Some(head)) => {
+                if let Err(e) = read_data_in_direct(&mut rd, &mut buf, &framer, &shared, head).await
+                {
+                    break e;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break Error::Protocol(format!("undecodable PDU: {e}")),
+        }
+        // While a READ longer than one Data-In segment is under way, read no further than the
+        // PDU at hand: the next header then arrives on its own and its segment is read straight
+        // into the command's buffer, instead of into `buf` first and copied from there.
+        let needed = framer.bytes_needed(&buf);
+        let limit = if shared.multi_pdu_read_pending(framer.max_recv_data_segment_length) {
+            needed
+        } else {
+            usize::MAX
+        };
+        buf.reserve(needed.max(READ_CHUNK));
+        match rd.read_buf(&mut (&mut buf).limit(limit)).await {
             Ok(0) => break Error::ConnectionLost,
             Ok(_) => {}
             Err(_) => break Error::ConnectionLost,
@@ -226,7 +271,78 @@ pub(crate) async fn read_loop(
     shared.end();
 }
 
+/// Reads the data segment of the Data-In whose header `head` is into its command's buffer (or,
+/// when it does not come next in order there, into a buffer of its own), checks its trailer,
+/// and handles the PDU as `handle` does.
+async fn read_data_in_direct(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    framer: &Framer,
+    shared: &Shared,
+    head: DataInHead,
+) -> Result<(), Error> {
+    let d = &head.pdu;
+    let off = d.buffer_offset as usize;
+    let in_place = {
+        let mut st = shared.lock();
+        let Some(p) = st.pending.get_mut(&d.itt) else {
+            return Err(Error::Protocol(format!(
+                "Data-In for unknown ITT {:#x}",
+                d.itt
+            )));
+        };
+        if off.saturating_add(head.segment) > p.expected {
+            return Err(Error::Protocol("Data-In beyond the expected length".into()));
+        }
+        p.read.take_in_order(off, p.expected)
+    };
+    let placed = in_place.is_some();
+    let mut dst = in_place.unwrap_or_else(|| BytesMut::with_capacity(head.segment));
+    let start = dst.len();
+    let have = buf.len().min(head.segment);
+    dst.extend_from_slice(&buf.split_to(have));
+    let mut left = head.segment - have;
+    dst.reserve(left);
+    while left > 0 {
+        match rd.read_buf(&mut (&mut dst).limit(left)).await {
+            Ok(0) | Err(_) => return Err(Error::ConnectionLost),
+            Ok(n) => left -= n,
+        }
+    }
+    loop {
+        match framer.finish_data_in(&head, dst.get(start..).unwrap_or_default(), buf) {
+            Ok(true) => break,
+            Ok(false) => {
+                buf.reserve(READ_CHUNK);
+                match rd.read_buf(buf).await {
+                    Ok(0) | Err(_) => return Err(Error::ConnectionLost),
+                    Ok(_) => {}
+                }
+            }
+            Err(e) => return Err(Error::Protocol(format!("undecodable PDU: {e}"))),
+        }
+    }
+    let mut pdu = head.pdu;
+    if placed {
+        // Back where `handle` finds it; the PDU itself then carries no data.
+        if let Some(p) = shared.lock().pending.get_mut(&pdu.itt) {
+            p.read = ReadBuffer::Assembled(dst);
+        }
+    } else {
+        pdu.data = dst.freeze();
+    }
+    handle(shared, Pdu::DataIn(pdu))
+}
+
 impl Shared {
+    /// Whether a command waits for more data-in than one Data-In PDU can carry.
+    fn multi_pdu_read_pending(&self, max_segment: usize) -> bool {
+        self.lock()
+            .pending
+            .values()
+            .any(|p| p.expected > max_segment)
+    }
+
     /// The connection is gone: every outstanding command ends with `ConnectionLost` and no new
     /// one is queued. The CmdSNs those commands had taken are kept for `take_lost`, however the
     /// connection ended (killed, or lost on its own).
@@ -299,7 +415,9 @@ fn handle(shared: &Shared, pdu: Pdu) -> Result<(), Error> {
             if end > p.expected {
                 return Err(Error::Protocol("Data-In beyond the expected length".into()));
             }
-            p.read.add(off, d.data, p.expected);
+            if !d.data.is_empty() {
+                p.read.add(off, d.data, p.expected);
+            }
             if d.status_present {
                 if let Some(p) = st.pending.remove(&d.itt) {
                     let _ = p.reply.send(Ok(ScsiOutcome {

@@ -45,6 +45,12 @@ fn data_in(itt: u32, offset: u32, data: &[u8], status: bool) -> Pdu {
 
 /// Serves one connection: login straight to full feature phase, then `answer(command)` bytes.
 async fn fake_target(answer: fn(u32) -> Vec<u8>) -> std::net::SocketAddr {
+    fake_target_in_chunks(answer, usize::MAX).await
+}
+
+/// As `fake_target`, the answer written `chunk` bytes at a time, each flushed before the next:
+/// the initiator sees PDUs whose headers have come and whose data is still on its way.
+async fn fake_target_in_chunks(answer: fn(u32) -> Vec<u8>, chunk: usize) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
@@ -74,7 +80,12 @@ async fn fake_target(answer: fn(u32) -> Vec<u8>) -> std::net::SocketAddr {
         let _ = sock.write_all(&framer.encode_to_vec(&resp)).await;
         while let Some(p) = next_pdu(&mut sock, &mut buf, &framer).await {
             if let Pdu::ScsiCommand(c) = p {
-                let _ = sock.write_all(&answer(c.itt)).await;
+                for part in answer(c.itt).chunks(chunk) {
+                    if sock.write_all(part).await.is_err() || sock.flush().await.is_err() {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
             }
         }
     });
@@ -185,4 +196,69 @@ async fn in_order_data_in_is_reassembled() {
     .expect("read");
     assert_eq!(r.len(), 4096);
     assert_eq!((r[0], r[1024], r[2048], r[4095]), (1, 2, 3, 3));
+}
+
+/// A READ of `blocks` 512-byte blocks from a fake target that answers in `chunk`-byte writes.
+async fn read_in_chunks(answer: fn(u32) -> Vec<u8>, chunk: usize, blocks: u16) -> Bytes {
+    let addr = fake_target_in_chunks(answer, chunk).await;
+    let s = Session::login(addr, TARGET, &LoginOptions::new("iqn.2026-01.test.lanes:i"))
+        .await
+        .expect("login to the fake target");
+    tokio::time::timeout(Duration::from_secs(10), s.read(0, blocks.into()))
+        .await
+        .expect("no hang")
+        .expect("read")
+}
+
+/// 300 KiB: three segments long enough to be read straight into the command's buffer.
+const BIG: usize = 600 * 512;
+
+fn big_piece(i: u8) -> Vec<u8> {
+    (0..BIG / 3)
+        .map(|j| i.wrapping_mul(31) ^ (j % 251) as u8)
+        .collect()
+}
+
+/// Large Data-In arriving a little at a time, in order, out of order, and with a small one
+/// between: whichever way each segment is read (straight into the command's buffer or through
+/// the receive buffer), the READ returns the target's bytes in their places.
+#[tokio::test]
+async fn large_data_in_arriving_in_pieces_lands_in_place() {
+    let third = (BIG / 3) as u32;
+    let expected: Vec<u8> = (0..3).flat_map(big_piece).collect();
+    let answers: [fn(u32) -> Vec<u8>; 3] = [
+        |itt| {
+            let t = (BIG / 3) as u32;
+            bytes_of(&[
+                data_in(itt, 0, &big_piece(0), false),
+                data_in(itt, t, &big_piece(1), false),
+                data_in(itt, 2 * t, &big_piece(2), true),
+            ])
+        },
+        |itt| {
+            let t = (BIG / 3) as u32;
+            bytes_of(&[
+                data_in(itt, 2 * t, &big_piece(2), false),
+                data_in(itt, 0, &big_piece(0), false),
+                data_in(itt, t, &big_piece(1), true),
+            ])
+        },
+        |itt| {
+            let t = (BIG / 3) as u32;
+            let p1 = big_piece(1);
+            bytes_of(&[
+                data_in(itt, 0, &big_piece(0), false),
+                data_in(itt, t, &p1[..100], false),
+                data_in(itt, t + 100, &p1[100..], false),
+                data_in(itt, 2 * t, &big_piece(2), true),
+            ])
+        },
+    ];
+    assert_eq!(third as usize * 3, BIG);
+    for (n, answer) in answers.into_iter().enumerate() {
+        for chunk in [1000, 65_536, usize::MAX] {
+            let r = read_in_chunks(answer, chunk, (BIG / 512) as u16).await;
+            assert!(r[..] == expected[..], "answer {n}, chunks of {chunk}");
+        }
+    }
 }

@@ -99,6 +99,9 @@ impl LogicalUnit {
     /// done (the caller retries on a blocking thread).
     pub(crate) fn read(&self, r: BlockRange, out: &mut BytesMut, io: Io) -> Result<bool, Sense> {
         self.check_transfer(&r)?;
+        if io == Io::NoWait && !self.cfg.device.reads_nowait() {
+            return Ok(false);
+        }
         let n = (u64::from(r.blocks) * self.bs()) as usize;
         let start = out.len();
         out.resize(start + n, 0);

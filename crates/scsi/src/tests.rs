@@ -771,3 +771,28 @@ fn a_whole_block_device_refuses_data_out_that_ends_inside_a_block() {
     remote.read_at(&mut back, 20 * 512).unwrap();
     assert!(back[..512].iter().all(|&b| b == 9) && back[512..].iter().all(|&b| b == 0));
 }
+
+/// A device that cannot read without sleeping is not asked to: the inline path declines a READ
+/// before it prepares the READ's buffer (a megabyte of zeros, for nothing).
+#[test]
+fn a_device_without_nowait_reads_has_its_reads_declined_untouched() {
+    let f = fixture();
+    let a = nexus(1, "iqn.2026-11.test:a", 1);
+    let remote = Arc::new(Remote(MemoryDevice::new(BLOCKS * 512)));
+    let lu = Arc::new(LogicalUnit::new(config(remote), f.tpgs.clone()).unwrap());
+    let map = LunMap::new(vec![(0, lu)]);
+    map.nexus_added(&a);
+    let (o, _) = run(&map, &a, &[0u8; 6], &[], 0);
+    assert_eq!(asc(&o).0, 0x06, "the power-on unit attention first");
+    let segs = segments(&[]);
+    let mut out = BytesMut::new();
+    let declined = map.execute_nowait(&request(&a, &cdb16(0x88, 10, 2), &segs, 1 << 20), &mut out);
+    assert!(declined.is_none());
+    assert_eq!((out.len(), out.capacity()), (0, 0), "no buffer prepared");
+    f.map.nexus_added(&a);
+    let _ = run(&f.map, &a, &[0u8; 6], &[], 0);
+    assert!(
+        run_nowait(&f.map, &a, &cdb16(0x88, 10, 2), &[]).is_some(),
+        "the memory device reads inline"
+    );
+}

@@ -93,7 +93,7 @@ impl Default for Framer {
     }
 }
 
-fn pad4(n: usize) -> usize {
+pub(super) fn pad4(n: usize) -> usize {
     (n + 3) & !3
 }
 
@@ -214,7 +214,7 @@ impl Framer {
     }
 }
 
-fn segment_length(h: &[u8]) -> usize {
+pub(super) fn segment_length(h: &[u8]) -> usize {
     match h.get(5..8) {
         Some([a, b, c]) => (usize::from(*a) << 16) | (usize::from(*b) << 8) | usize::from(*c),
         _ => 0,

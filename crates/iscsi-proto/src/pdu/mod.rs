@@ -1,9 +1,11 @@
 //! iSCSI PDUs: the opcode newtype, the `Pdu` enum over every message, and their BHS layouts.
 
 mod bhs;
+mod direct;
 mod framer;
 mod types;
 
+pub use direct::DataInHead;
 pub use framer::{EncodedPdu, Framer, PduError, BHS_LEN, MAX_AHS_LEN};
 pub use types::*;
 
