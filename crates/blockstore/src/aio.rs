@@ -15,14 +15,17 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
-/// What an asynchronous read gives back: the outcome and the buffer it was asked to fill.
+/// What an asynchronous read gives back: the outcome and the buffer it was asked to fill
+/// (on success, with the bytes read appended).
 pub type ReadDone = (std::io::Result<()>, BytesMut);
 
 /// A block device's asynchronous side (see [`crate::BlockDevice::aio`]). Each call takes the
 /// completion it signals exactly once, from any thread, possibly before the call returns.
 pub trait AsyncBlockIo: Send + Sync {
-    /// Fills all of `buf` (its length is the byte count) from `offset`.
-    fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>);
+    /// Appends the `len` bytes at `offset` to `buf`. The bytes are read into `buf`'s spare
+    /// capacity where the storage can (nothing is zeroed first only to be overwritten); on
+    /// failure `buf` may hold any part of them.
+    fn read(&self, buf: BytesMut, len: usize, offset: u64, done: AioCompletion<ReadDone>);
     /// Writes the concatenation of `data` at `offset`.
     fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>);
     /// Makes every write completed before the call durable.

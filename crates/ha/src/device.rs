@@ -245,20 +245,23 @@ impl BlockDevice for ReplicatedDevice {
 const INLINE_READ: usize = 64 << 10;
 
 impl AsyncBlockIo for ReplicatedDevice {
-    fn read(&self, mut buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
-        if let Err(e) = self.check(offset, buf.len() as u64) {
+    fn read(&self, mut buf: BytesMut, len: usize, offset: u64, done: AioCompletion<ReadDone>) {
+        if let Err(e) = self.check(offset, len as u64) {
             return done.complete((Err(e), buf));
         }
+        // The local file is read through `&mut [u8]`: the bytes are made first.
+        let start = buf.len();
+        buf.resize(start + len, 0);
         let local = self.local.clone();
         let next = move |allowed: bool| {
             if !allowed {
                 return done.complete((Err(host_error(HostError::NotReady)), buf));
             }
-            if buf.len() <= INLINE_READ && local.read_at_nowait(&mut buf, offset).is_ok() {
+            if len <= INLINE_READ && local.read_at_nowait(&mut buf[start..], offset).is_ok() {
                 return done.complete((Ok(()), buf));
             }
             tokio::task::spawn_blocking(move || {
-                let r = local.read_at(&mut buf, offset);
+                let r = local.read_at(&mut buf[start..], offset);
                 done.complete((r, buf));
             });
         };

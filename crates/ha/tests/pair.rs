@@ -81,13 +81,14 @@ async fn asynchronous_writes_are_on_both_disks_and_read_back_asynchronously_on_t
     assert!(d1 == expect, "node 1's disk lacks acknowledged writes");
     for (lba, data) in &written {
         let (done, wait) = aio_pair();
-        let mut buf = BytesMut::new();
-        buf.resize(data.len(), 0xAA);
-        ab.read(buf, lba * BS, done);
+        // Appended after a prefix the read must keep.
+        let buf = BytesMut::from(&b"pre"[..]);
+        ab.read(buf, data.len(), lba * BS, done);
         let (r, got) = wait.await.expect("answered");
         r.expect("read on node 1");
+        assert_eq!(&got[..3], b"pre");
         assert!(
-            got[..] == data[..],
+            got[3..] == data[..],
             "asynchronous read on node 1 at {lba} differs"
         );
     }

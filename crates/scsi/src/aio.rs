@@ -121,14 +121,15 @@ impl LogicalUnit {
                     return Ok(streamed_read(lu, under_way, r.lba * bs, n, data_in, s));
                 }
                 let start = data_in.len();
-                // The device fills a buffer of its own: the bytes after what data_in holds.
-                data_in.resize(start + n, 0);
+                // The device fills a buffer of its own: the capacity after what data_in
+                // holds, appended to again once read (nothing zeroed first).
+                data_in.reserve(n);
                 let buf = data_in.split_off(start);
                 let (done, wait) = aio_pair();
                 // The LU (and so its device) lives until the command ends.
                 let lu = self.clone();
                 if let Some(aio) = self.cfg.device.aio() {
-                    aio.read(buf, r.lba * bs, done);
+                    aio.read(buf, n, r.lba * bs, done);
                 }
                 Ok(Box::pin(async move {
                     let (_under_way, _lu) = (under_way, lu);
@@ -279,9 +280,9 @@ fn streamed_read(
             } else {
                 s.sink.buffer(len)
             };
-            buf.resize(len, 0);
+            buf.clear();
             let (done, wait) = aio_pair();
-            aio.read(buf, offset + at as u64, done);
+            aio.read(buf, len, offset + at as u64, done);
             waits.push(wait);
         }
     }

@@ -8,17 +8,14 @@ use super::RbdDevice;
 
 /// `rbd_aio_*`: librbd's own threads complete each request; no thread of ours waits.
 impl AsyncBlockIo for RbdDevice {
-    fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
-        let conn = match self
-            .check(offset, buf.len() as u64)
-            .and_then(|()| self.gate())
-        {
+    fn read(&self, buf: BytesMut, len: usize, offset: u64, done: AioCompletion<ReadDone>) {
+        let conn = match self.check(offset, len as u64).and_then(|()| self.gate()) {
             Ok(conn) => conn,
             Err(e) => return done.complete((Err(e), buf)),
         };
         // Ranges inside the image always read in full (unwritten ones as zeros).
         conn.image
-            .aio_read(buf, offset, done, conn.on_error.clone());
+            .aio_read(buf, len, offset, done, conn.on_error.clone());
     }
 
     fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>) {

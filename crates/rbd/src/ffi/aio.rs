@@ -96,6 +96,8 @@ pub fn available() -> bool {
 enum Op {
     Read {
         buf: BytesMut,
+        /// Bytes asked for, read into `buf`'s spare capacity.
+        len: usize,
         done: AioCompletion<ReadDone>,
     },
     Write {
@@ -159,20 +161,29 @@ impl Request {
             };
             return done.complete(result);
         }
+        let mut op = self.op;
         let result = if ret < 0 {
             Err((self.on_error)(std::io::Error::from_raw_os_error(
                 (-ret) as i32,
             )))
         } else {
+            if let Op::Read { buf, len, .. } = &mut op {
+                let got = ret.unsigned_abs().min(*len);
+                // SAFETY: librbd wrote `got` bytes (its return value, at most the `len` asked
+                // for) at the start of the spare capacity that `aio_read` reserved for `len`.
+                unsafe { buf.set_len(buf.len() + got) };
+                // A short read (none inside the image) reads as zeros, as beyond its end.
+                buf.resize(buf.len() + (*len - got), 0);
+            }
             Ok(())
         };
-        finish_op(self.op, result);
+        finish_op(op, result);
     }
 }
 
 fn finish_op(op: Op, result: std::io::Result<()>) {
     match op {
-        Op::Read { buf, done } => done.complete((result, buf)),
+        Op::Read { buf, done, .. } => done.complete((result, buf)),
         Op::Write { done, .. } | Op::Flush { done } | Op::Other { done, .. } => {
             done.complete(result)
         }
@@ -224,20 +235,24 @@ impl Image {
         }
     }
 
-    /// Reads `buf.len()` bytes at `offset`; `done` gets the result and the buffer back.
+    /// Appends the `len` bytes at `offset` to `buf`, read by librbd straight into its spare
+    /// capacity (nothing zeroed first); `done` gets the result and the buffer back.
     pub fn aio_read(
         &self,
         mut buf: BytesMut,
+        len: usize,
         offset: u64,
         done: AioCompletion<ReadDone>,
         on_error: OnError,
     ) {
         let image = self.image;
+        buf.reserve(len);
         // The buffer's storage does not move when the BytesMut moves into the request.
-        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-        // SAFETY: open image; the buffer lives in the request until the callback, writable
-        // for its length.
-        self.submit(Op::Read { buf, done }, on_error, |api, c| unsafe {
+        let ptr = buf.spare_capacity_mut().as_mut_ptr();
+        // SAFETY: open image; the buffer lives in the request until the callback, and its
+        // spare capacity (reserved above, at least `len` bytes) is writable and unused by
+        // anything else until then.
+        self.submit(Op::Read { buf, len, done }, on_error, |api, c| unsafe {
             (api.read)(image, offset, len, ptr.cast(), c)
         });
     }

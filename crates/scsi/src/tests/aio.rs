@@ -11,7 +11,8 @@ use std::time::Duration;
 mod stream;
 
 enum Queued {
-    Read(BytesMut, u64, AioCompletion<ReadDone>),
+    /// The buffer, where the read's bytes start in it, the offset.
+    Read(BytesMut, usize, u64, AioCompletion<ReadDone>),
     Write(Vec<Bytes>, u64, AioCompletion<std::io::Result<()>>),
     Flush(AioCompletion<std::io::Result<()>>),
     Discard(u64, u64, AioCompletion<std::io::Result<()>>),
@@ -52,12 +53,12 @@ impl HeldMemory {
 
     /// Completes the `i`-th queued request (a read) alone, failed with `fail` if given.
     fn complete_read(&self, i: usize, fail: Option<std::io::ErrorKind>) {
-        let Queued::Read(mut buf, off, done) = self.queue.lock().remove(i) else {
+        let Queued::Read(mut buf, start, off, done) = self.queue.lock().remove(i) else {
             panic!("request {i} is not a read");
         };
         let r = match fail {
             Some(kind) => Err(std::io::Error::new(kind, "refused")),
-            None => self.mem.read_at(&mut buf, off),
+            None => self.mem.read_at(&mut buf[start..], off),
         };
         done.complete((r, buf));
     }
@@ -72,8 +73,8 @@ impl HeldMemory {
         };
         for q in queued {
             match q {
-                Queued::Read(mut buf, off, done) => {
-                    let r = self.mem.read_at(&mut buf, off);
+                Queued::Read(mut buf, start, off, done) => {
+                    let r = self.mem.read_at(&mut buf[start..], off);
                     done.complete((outcome(r), buf));
                 }
                 Queued::Write(data, off, done) => {
@@ -114,8 +115,13 @@ impl HeldMemory {
 }
 
 impl AsyncBlockIo for HeldMemory {
-    fn read(&self, buf: BytesMut, offset: u64, done: AioCompletion<ReadDone>) {
-        self.queue.lock().push(Queued::Read(buf, offset, done));
+    fn read(&self, mut buf: BytesMut, len: usize, offset: u64, done: AioCompletion<ReadDone>) {
+        // Appended to what the caller's buffer holds, as the contract says.
+        let start = buf.len();
+        buf.resize(start + len, 0);
+        self.queue
+            .lock()
+            .push(Queued::Read(buf, start, offset, done));
     }
     fn write(&self, data: Vec<Bytes>, offset: u64, done: AioCompletion<std::io::Result<()>>) {
         self.queue.lock().push(Queued::Write(data, offset, done));
