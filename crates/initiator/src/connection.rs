@@ -5,12 +5,14 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use iscsi_proto::pdu::*;
+use iscsi_proto::vectored::{ChunkCursor, MAX_SLICES};
 use iscsi_proto::{serial, Framer};
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -200,26 +202,46 @@ pub(crate) fn data_out(
     }
 }
 
-pub(crate) async fn write_loop(wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Pdu>) {
+/// PDUs encoded per vectored write at most (each is up to three chunks).
+const WRITE_BATCH: usize = MAX_SLICES / 3;
+
+pub(crate) async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Pdu>) {
     let framer = Framer::default();
     let mut scratch = BytesMut::with_capacity(4096);
-    let mut out = BufWriter::with_capacity(256 << 10, wr);
+    let mut trailers = BytesMut::new();
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(MAX_SLICES);
     while let Some(pdu) = rx.recv().await {
+        // Everything queued now (up to a batch) goes out with one vectored write: headers and
+        // data segments as they are, nothing copied into a buffer first.
         let mut next = Some(pdu);
-        // Everything queued now goes out with one flush.
+        let mut count = 0;
         while let Some(pdu) = next {
             let e = framer.encode(&pdu, &mut scratch);
-            if out.write_all(&e.header).await.is_err()
-                || out.write_all(&e.data).await.is_err()
-                || out.write_all(e.trailer()).await.is_err()
-            {
-                return;
+            chunks.push(e.header.clone());
+            if !e.data.is_empty() {
+                chunks.push(e.data.clone());
             }
-            next = rx.try_recv().ok();
+            if !e.trailer().is_empty() {
+                trailers.extend_from_slice(e.trailer());
+                chunks.push(trailers.split().freeze());
+            }
+            count += 1;
+            next = if count < WRITE_BATCH {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
         }
-        if out.flush().await.is_err() {
-            return;
+        let mut cursor = ChunkCursor::default();
+        while !cursor.done(&chunks) {
+            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+            let n = cursor.slices(&chunks, &mut slices);
+            match wr.write_vectored(slices.get(..n).unwrap_or_default()).await {
+                Ok(0) | Err(_) => return,
+                Ok(written) => cursor.advance(&chunks, written),
+            }
         }
+        chunks.clear();
     }
 }
 

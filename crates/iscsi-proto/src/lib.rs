@@ -11,6 +11,7 @@ pub mod pdu;
 pub mod serial;
 pub mod text;
 pub mod text_exchange;
+pub mod vectored;
 pub mod window;
 
 pub use pdu::{Framer, Pdu, PduError};

@@ -9,6 +9,7 @@ use crate::session::Session;
 use crate::stats::ConnectionStats;
 use bytes::{Bytes, BytesMut};
 use iscsi_proto::pdu::{Framer, Pdu, RESERVED_TAG};
+use iscsi_proto::vectored::{ChunkCursor, MAX_SLICES};
 use std::io::IoSlice;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -170,31 +171,17 @@ impl Writer {
 
 /// Writes every chunk, resuming after partial writes.
 async fn write_all_vectored(socket: &mut OwnedWriteHalf, chunks: &[Bytes]) -> std::io::Result<()> {
-    let mut index = 0;
-    let mut skip = 0;
-    while index < chunks.len() {
-        let mut slices: [IoSlice<'_>; 64] = [IoSlice::new(&[]); 64];
-        let mut n = 0;
-        for (i, c) in chunks.iter().enumerate().skip(index).take(64) {
-            let from = if i == index { skip } else { 0 };
-            slices[n] = IoSlice::new(c.get(from..).unwrap_or_default());
-            n += 1;
-        }
-        let mut written = socket.write_vectored(&slices[..n]).await?;
+    let mut cursor = ChunkCursor::default();
+    while !cursor.done(chunks) {
+        let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+        let n = cursor.slices(chunks, &mut slices);
+        let written = socket
+            .write_vectored(slices.get(..n).unwrap_or_default())
+            .await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while index < chunks.len() {
-            let left = chunks[index].len() - skip;
-            if written >= left {
-                written -= left;
-                index += 1;
-                skip = 0;
-            } else {
-                skip += written;
-                break;
-            }
-        }
+        cursor.advance(chunks, written);
     }
     Ok(())
 }
