@@ -216,15 +216,9 @@ pub(crate) async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedRe
         let mut next = Some(pdu);
         let mut count = 0;
         while let Some(pdu) = next {
-            let e = framer.encode(&pdu, &mut scratch);
-            chunks.push(e.header.clone());
-            if !e.data.is_empty() {
-                chunks.push(e.data.clone());
-            }
-            if !e.trailer().is_empty() {
-                trailers.extend_from_slice(e.trailer());
-                chunks.push(trailers.split().freeze());
-            }
+            framer
+                .encode(&pdu, &mut scratch)
+                .push_chunks(&mut chunks, &mut trailers);
             count += 1;
             next = if count < WRITE_BATCH {
                 rx.try_recv().ok()

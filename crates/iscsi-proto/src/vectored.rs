@@ -2,7 +2,8 @@
 //! segments, trailers) that lays what is left of them into `IoSlice`s and moves on by what the
 //! socket took. Still sans-IO: the driver makes the write call.
 
-use bytes::Bytes;
+use crate::pdu::EncodedPdu;
+use bytes::{Bytes, BytesMut};
 use std::io::IoSlice;
 
 /// Slices per write call: well under IOV_MAX (1024), and enough for a wake-up's PDUs.
@@ -55,6 +56,23 @@ impl ChunkCursor {
     }
 }
 
+impl EncodedPdu {
+    /// Pushes the PDU's parts that are not empty onto `chunks` for one vectored write: the
+    /// header, the data segment as given (shared, not copied), and the trailer, whose few
+    /// bytes go into `trailers` first (split off, so one buffer serves a whole batch).
+    pub fn push_chunks(self, chunks: &mut Vec<Bytes>, trailers: &mut BytesMut) {
+        if !self.trailer().is_empty() {
+            trailers.extend_from_slice(self.trailer());
+        }
+        let trailer = (!self.trailer().is_empty()).then(|| trailers.split().freeze());
+        chunks.push(self.header);
+        if !self.data.is_empty() {
+            chunks.push(self.data);
+        }
+        chunks.extend(trailer);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +115,40 @@ mod tests {
             }
         }
         assert!(ChunkCursor::default().done(&[]));
+    }
+
+    /// An encoded PDU's chunks are its bytes on the wire: header, data, padding and digest,
+    /// with nothing empty pushed.
+    #[test]
+    fn encoded_pdus_push_their_wire_bytes() {
+        use crate::pdu::{DataOut, Framer, Pdu};
+        let framer = Framer {
+            data_digest: true,
+            ..Framer::default()
+        };
+        let mut scratch = BytesMut::new();
+        let mut trailers = BytesMut::new();
+        let mut chunks = Vec::new();
+        for len in [0usize, 5, 8] {
+            let pdu = Pdu::DataOut(DataOut {
+                final_bit: true,
+                lun: 0,
+                itt: 1,
+                ttt: 2,
+                exp_stat_sn: 3,
+                data_sn: 0,
+                buffer_offset: 0,
+                data: Bytes::from(vec![7u8; len]),
+            });
+            let wire = framer.encode_to_vec(&pdu);
+            chunks.clear();
+            framer
+                .encode(&pdu, &mut scratch)
+                .push_chunks(&mut chunks, &mut trailers);
+            let pushed: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(pushed, wire, "{len} data bytes");
+            assert!(chunks.iter().all(|c| !c.is_empty()));
+            assert_eq!(chunks.len(), if len == 0 { 1 } else { 3 });
+        }
     }
 }

@@ -148,15 +148,9 @@ impl Writer {
             if advances_stat_sn(&pdu) {
                 self.stat_sn = self.stat_sn.wrapping_add(1);
             }
-            let e = self.framer.encode(&pdu, scratch);
-            chunks.push(e.header.clone());
-            if !e.data.is_empty() {
-                chunks.push(e.data.clone());
-            }
-            if !e.trailer().is_empty() {
-                trailers.extend_from_slice(e.trailer());
-                chunks.push(trailers.split().freeze());
-            }
+            self.framer
+                .encode(&pdu, scratch)
+                .push_chunks(chunks, trailers);
         }
         let total: usize = chunks.iter().map(Bytes::len).sum();
         write_all_vectored(&mut self.socket, chunks).await?;
