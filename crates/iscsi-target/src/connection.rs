@@ -26,6 +26,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -61,27 +62,85 @@ async fn read_pdu(
     }
 }
 
-/// Serves one accepted connection to the end.
+/// Serves one accepted connection to the end: its login phase here (on the login thread, see
+/// `login_thread`), then its full-feature phase on `serving`, the runtime of the sessions.
 pub async fn run(
     server: Arc<Server>,
     stream: TcpStream,
     portal: Portal,
     peer: SocketAddr,
     portal_stop: CancellationToken,
+    serving: Handle,
 ) {
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::new();
-    let Some(LoggedIn {
+    let logged_in = tokio::select! {
+        l = login::log_in(&server, &mut rd, &mut wr, &mut buf, portal, peer, local) => l,
+        _ = portal_stop.cancelled() => None,
+    };
+    let Some(logged_in) = logged_in else {
+        return;
+    };
+    // The socket leaves the login thread's reactor for the serving runtime's.
+    let moved = rd
+        .reunite(wr)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(TcpStream::into_std);
+    let std_stream = match moved {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(%peer, portal = %local, "connection lost while leaving the login phase: {e}");
+            drop_login(&server, &logged_in.session);
+            return;
+        }
+    };
+    let serving_server = server.clone();
+    let served = serving.spawn(async move {
+        let server = serving_server;
+        match TcpStream::from_std(std_stream) {
+            Ok(stream) => {
+                let (rd, wr) = stream.into_split();
+                full_feature(server, rd, wr, buf, logged_in, local, peer, portal_stop).await;
+            }
+            Err(e) => {
+                warn!(%peer, portal = %local, "connection lost while leaving the login phase: {e}");
+                drop_login(&server, &logged_in.session);
+            }
+        }
+    });
+    // The connection's slot (connection limits) is held until it ends; a serving runtime that
+    // shuts down ends it too.
+    let _ = served.await;
+}
+
+/// A completed login whose connection was lost before its full-feature phase began: a new
+/// session it created goes with it.
+fn drop_login(server: &Arc<Server>, session: &Arc<Session>) {
+    if session.connection_count() == 0 {
+        server.remove_session(session);
+    }
+}
+
+/// The full-feature phase of a connection whose login has completed, to its end.
+#[allow(clippy::too_many_arguments)]
+async fn full_feature(
+    server: Arc<Server>,
+    rd: OwnedReadHalf,
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    buf: BytesMut,
+    logged_in: LoggedIn,
+    local: SocketAddr,
+    peer: SocketAddr,
+    portal_stop: CancellationToken,
+) {
+    let LoggedIn {
         session,
         outcome,
         cid,
         stat_sn,
-    }) = login::log_in(&server, &mut rd, &mut wr, &mut buf, portal, peer, local).await
-    else {
-        return;
-    };
+    } = logged_in;
     let limits = &server.limits;
     info!(
         initiator = %session.initiator_name,

@@ -10,6 +10,7 @@ mod exec;
 mod limits;
 mod listen;
 mod login_phase;
+mod login_thread;
 mod pair;
 pub mod pair_pr;
 mod pool;

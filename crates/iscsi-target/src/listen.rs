@@ -1,11 +1,13 @@
 //! Portal listeners: binding, the accept loops, and stopping one portal while the server runs.
 
 use crate::config::LimitsConfig;
+use crate::login_thread;
 use crate::server::{Portal, Server};
 use crate::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -42,7 +44,8 @@ pub async fn bind(
     Ok((Portal { tpgt, addr: bound }, listener))
 }
 
-/// Starts accepting on a bound portal.
+/// Starts accepting on a bound portal: the accept loop and the login phases run on the login
+/// thread (`login_thread`), the sessions on the current runtime.
 pub fn spawn(
     server: &Arc<Server>,
     configured: SocketAddr,
@@ -50,7 +53,21 @@ pub fn spawn(
     listener: TcpListener,
 ) -> Listener {
     let stop = server.shutdown.child_token();
-    tokio::spawn(accept_loop(server.clone(), portal, listener, stop.clone()));
+    login_thread::stop_with_runtime(&stop);
+    let serving = Handle::current();
+    let accepting = (server.clone(), stop.clone());
+    match listener.into_std() {
+        Ok(std_listener) => login_thread::spawn(async move {
+            let (server, stop) = accepting;
+            match TcpListener::from_std(std_listener) {
+                Ok(listener) => accept_loop(server, portal, listener, stop, serving).await,
+                Err(e) => error!(portal = %portal.addr, "cannot listen on the login thread: {e}"),
+            }
+        }),
+        Err(e) => {
+            error!(portal = %portal.addr, "cannot hand the listener to the login thread: {e}")
+        }
+    }
     Listener {
         configured,
         portal,
@@ -63,6 +80,7 @@ async fn accept_loop(
     portal: Portal,
     listener: TcpListener,
     stop: CancellationToken,
+    serving: Handle,
 ) {
     let open_on_portal = Arc::default();
     loop {
@@ -77,8 +95,9 @@ async fn accept_loop(
                     // ends its connections, also those still logging in.
                     let stop = stop.clone();
                     let server = server.clone();
+                    let serving = serving.clone();
                     tokio::spawn(async move {
-                        crate::connection::run(server, stream, portal, peer, stop).await;
+                        crate::connection::run(server, stream, portal, peer, stop, serving).await;
                         drop(slot);
                     });
                 }

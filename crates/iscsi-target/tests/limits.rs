@@ -588,3 +588,42 @@ fn reinstatement_ends_the_old_nexus() {
     let r = write(&mut other);
     assert_eq!(r.status, 0, "no conflict after reinstatement: {r:?}");
 }
+
+/// Accept loops and login phases run on the process's login thread, not on the server's
+/// runtime. A server whose runtime shuts down without being stopped still ends everything it
+/// had: its logged-in connections, the connections still logging in, and its listening socket.
+#[test]
+fn a_server_whose_runtime_ends_closes_its_portals_and_logins() {
+    let server = server_with("login-timeout = \"30s\"");
+    let addr = server.addr();
+    let mut session = Conn::login_to(addr, &LoginOpts::normal());
+    assert_eq!(
+        session.tur().0,
+        0,
+        "a login handed to the serving runtime serves commands"
+    );
+    let mut logging_in = Conn::connect(addr);
+    server.drop_runtime();
+    let (closed, _) = session.wait_closed(Duration::from_secs(10));
+    assert!(closed, "the session's connection ends with its runtime");
+    let (closed, _) = logging_in.wait_closed(Duration::from_secs(10));
+    assert!(
+        closed,
+        "a connection in its login phase ends with the server's runtime"
+    );
+    // The accept loop ends on the login thread shortly after the runtime: poll until the
+    // portal refuses connections.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{addr} still accepts connections: {other:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}

@@ -10,9 +10,9 @@
 //! machine's scheduler then gives them a CPU share of their own, as other machines would have,
 //! so the comparison charges the server's work for the abuse, not the cost of generating it on
 //! the same two cores. Each abused round is measured between two rounds alone, and the
-//! median of the paired ratios is compared, so that other load on the machine cancels out;
-//! the test's own session (server and measured session) runs at a raised autogroup priority
-//! where permitted (`SessionPriority`), restored at the end.
+//! median of the paired ratios is compared, so that other load on the machine cancels out.
+//! Each round's line gives the CPU time the server, the abuser and the measured session used,
+//! and the machine's, so a failure shows whether the machine was saturated.
 
 mod abuser;
 
@@ -194,33 +194,6 @@ fn raise_open_files(needed: u64) {
     }
 }
 
-/// Raises the scheduling priority of this process's session (its autogroup: the server child
-/// and the measured session are in it, the abuser process is not) for the test's duration,
-/// so that other load on a small machine disturbs the comparison less; restored on drop.
-/// Without the permission the test runs at the normal priority.
-struct SessionPriority(Option<String>);
-
-impl SessionPriority {
-    const PATH: &'static str = "/proc/self/autogroup";
-
-    fn raise() -> SessionPriority {
-        let before = std::fs::read_to_string(Self::PATH)
-            .ok()
-            .and_then(|s| s.split_whitespace().last().map(str::to_string));
-        let raised = before.is_some() && std::fs::write(Self::PATH, "-10").is_ok();
-        eprintln!("session scheduling priority raised (autogroup nice -10): {raised}");
-        SessionPriority(before.filter(|_| raised))
-    }
-}
-
-impl Drop for SessionPriority {
-    fn drop(&mut self) {
-        if let Some(nice) = &self.0 {
-            let _ = std::fs::write(Self::PATH, nice);
-        }
-    }
-}
-
 /// Random 16 KiB reads and writes (half each) at queue depth 16 for `duration`: MB/s.
 /// A measured round of `duration`, MB/s. With `until`, the round also lasts until that flag
 /// is set (the abuser's population is open: the abuse covers the whole round however slowly
@@ -282,6 +255,38 @@ async fn io_round(session: &Arc<Session>, duration: Duration, seed: u64) -> f64 
     io_round_until(session, duration, seed, None).await.0
 }
 
+/// CPU time used so far, in clock ticks: by the server, the abuser process, this process (the
+/// measured session), and the machine (busy, total).
+#[derive(Clone, Copy)]
+struct Cpu([u64; 5]);
+
+impl Cpu {
+    fn now(server: u32, abuser: u32) -> Cpu {
+        let (busy, total) = abuser::machine_ticks();
+        Cpu([
+            abuser::cpu_ticks(server),
+            abuser::cpu_ticks(abuser),
+            abuser::cpu_ticks(std::process::id()),
+            busy,
+            total,
+        ])
+    }
+
+    /// What was used from `earlier` to `self`, as text.
+    fn since(&self, earlier: &Cpu) -> String {
+        let d: Vec<u64> = self
+            .0
+            .iter()
+            .zip(earlier.0)
+            .map(|(a, b)| a.saturating_sub(b))
+            .collect();
+        format!(
+            "CPU ticks: server {}, abuser {}, session {}, machine busy {} of {}",
+            d[0], d[1], d[2], d[3], d[4]
+        )
+    }
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -291,7 +296,6 @@ fn median(v: &[f64]) -> f64 {
 #[test]
 fn normal_session_keeps_its_throughput_under_connection_abuse() {
     raise_open_files(u64::try_from(IDLE + SLOW).expect("count") + 512);
-    let _priority = SessionPriority::raise();
     let dir = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
     let served = serve(dir.path(), 3000);
@@ -315,12 +319,17 @@ fn normal_session_keeps_its_throughput_under_connection_abuse() {
     rt.block_on(io_round(&session, Duration::from_secs(1), 1));
     let rss_alone_kib = abuser::rss_kib(pid);
     let (mut alone, mut abused) = (Vec::new(), Vec::new());
+    let abuser_pid = abuser.pid();
+    let cpu = || Cpu::now(pid, abuser_pid);
+    let mut before = cpu();
     alone.push(rt.block_on(io_round(&session, ROUND, 10)));
+    let mut alone_cpu = cpu().since(&before);
     let mut lifetimes = Vec::new();
     let mut openings = Vec::new();
     for round in 0..ROUNDS {
         // The login timeout, measured from connect: every abusive connection is dropped after
         // it and none long after.
+        before = cpu();
         abuser.hold(LOGIN_TIMEOUT + Duration::from_secs(20));
         let (rate, took) = rt.block_on(io_round_until(
             &session,
@@ -329,6 +338,7 @@ fn normal_session_keeps_its_throughput_under_connection_abuse() {
             Some(abuser.opened()),
         ));
         abused.push(rate);
+        let abused_cpu = cpu().since(&before);
         let report = abuser.report(LOGIN_TIMEOUT + Duration::from_secs(60));
         assert_eq!(report.still_open, 0, "abusive connections left open");
         assert_eq!(report.lifetimes.len(), IDLE + SLOW, "every one dropped");
@@ -343,13 +353,15 @@ fn normal_session_keeps_its_throughput_under_connection_abuse() {
         openings.push(report.opening);
         lifetimes.extend(report.lifetimes);
         wait_open_connections(&served.status_socket, 1, Duration::from_secs(30));
+        before = cpu();
         alone.push(rt.block_on(io_round(&session, ROUND, 11 + round as u64)));
         eprintln!(
-            "round {round}: alone {:.1} MB/s, under abuse {:.1} MB/s, alone {:.1} MB/s",
+            "round {round}: alone {:.1} MB/s ({alone_cpu}), under abuse {:.1} MB/s in {took:.2?} ({abused_cpu}), alone {:.1} MB/s",
             alone[round],
             abused[round],
             alone[round + 1]
         );
+        alone_cpu = cpu().since(&before);
     }
     let ratios: Vec<f64> = abused
         .iter()

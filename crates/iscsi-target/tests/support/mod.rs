@@ -157,6 +157,13 @@ impl TestServer {
         self.portals[0].1
     }
 
+    /// Shuts the server's runtime down without stopping the server first, as a process that
+    /// drops its runtime does.
+    pub fn drop_runtime(mut self) {
+        drop(self.rt.take());
+        drop(self.handle.take());
+    }
+
     pub fn lun_path(&self) -> std::path::PathBuf {
         self.dir.path().join("disk0.img")
     }

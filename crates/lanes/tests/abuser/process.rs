@@ -109,6 +109,11 @@ impl AbuserProcess {
         stdin.flush().expect("command the abuser");
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Set once the population of the hold under way is open.
     pub fn opened(&self) -> Arc<AtomicBool> {
         self.opened.clone()
