@@ -269,6 +269,17 @@ impl ServerHandle {
             }
             drain_all().await;
         }
+        // The portals' sockets close on the login thread: once `stop` returns, their ports
+        // are free to bind again.
+        let listeners: Vec<_> = std::mem::take(&mut *self.server.listeners.lock());
+        for listener in &listeners {
+            if !listener
+                .wait_closed(std::time::Duration::from_secs(10))
+                .await
+            {
+                error!(portal = %listener.portal.addr, "a portal's socket did not close at shutdown");
+            }
+        }
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {
                 let device = lu.config().device.clone();

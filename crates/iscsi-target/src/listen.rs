@@ -19,6 +19,19 @@ pub struct Listener {
     pub portal: Portal,
     /// Cancelled to stop accepting on this portal (a child of the server's shutdown token).
     pub stop: CancellationToken,
+    /// Cancelled once the accept loop has ended and the listening socket is closed: the
+    /// loop runs on the login thread, so `stop` alone does not say the port is free.
+    pub closed: CancellationToken,
+}
+
+impl Listener {
+    /// Waits until the listening socket is closed (after `stop`), at most `within`; whether
+    /// it was.
+    pub async fn wait_closed(&self, within: std::time::Duration) -> bool {
+        tokio::time::timeout(within, self.closed.cancelled())
+            .await
+            .is_ok()
+    }
 }
 
 impl Listener {
@@ -55,9 +68,14 @@ pub fn spawn(
     let stop = server.shutdown.child_token();
     login_thread::stop_with_runtime(&stop);
     let serving = Handle::current();
+    let closed = CancellationToken::new();
+    // Dropped, so `closed` cancelled, after the accept loop and its socket, or at once if the
+    // loop never starts.
+    let closing = closed.clone().drop_guard();
     let accepting = (server.clone(), stop.clone());
     match listener.into_std() {
         Ok(std_listener) => login_thread::spawn(async move {
+            let _closing = closing;
             let (server, stop) = accepting;
             match TcpListener::from_std(std_listener) {
                 Ok(listener) => accept_loop(server, portal, listener, stop, serving).await,
@@ -65,6 +83,7 @@ pub fn spawn(
             }
         }),
         Err(e) => {
+            drop(closing);
             error!(portal = %portal.addr, "cannot hand the listener to the login thread: {e}")
         }
     }
@@ -72,6 +91,7 @@ pub fn spawn(
         configured,
         portal,
         stop,
+        closed,
     }
 }
 

@@ -227,15 +227,25 @@ pub(super) struct Retired {
     lu: Arc<scsi::LogicalUnit>,
 }
 
+/// What a commit took out of service, for [`retire`]: LUs to flush and release, and removed
+/// portals whose listening sockets are closing.
+pub(super) struct Retirement {
+    luns: Vec<Retired>,
+    portals: Vec<crate::listen::Listener>,
+}
+
+/// How long a reload waits for a removed portal's socket to close.
+const PORTAL_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Switches the server over to `new`. Infallible: everything that could fail was prepared.
-/// Returns the LUs it removed, for [`retire`].
+/// Returns what it took out of service, for [`retire`].
 pub(super) fn commit(
     server: &Arc<Server>,
     new: ServeConfig,
     file: PathBuf,
     changes: Vec<Change>,
     prepared: Prepared,
-) -> (ReloadReport, Vec<Retired>) {
+) -> (ReloadReport, Retirement) {
     let mut report = ReloadReport {
         file,
         changes: Vec::new(),
@@ -243,12 +253,18 @@ pub(super) fn commit(
         connections_ended: 0,
         others: Vec::new(),
     };
-    let retired = swap_lun_maps(server, &changes, prepared.luns);
+    let mut retired = Retirement {
+        luns: swap_lun_maps(server, &changes, prepared.luns),
+        portals: Vec::new(),
+    };
     for change in changes {
         let keep = match &change {
             Change::LunGrown { target, lun, size } => grow(server, target, *lun, *size),
             Change::PortalRemoved { addr, .. } => {
-                report.connections_ended += remove_portal(server, *addr);
+                if let Some((ended, listener)) = remove_portal(server, *addr) {
+                    report.connections_ended += ended;
+                    retired.portals.push(listener);
+                }
                 true
             }
             Change::AluaChanged { group, to, .. } => {
@@ -311,8 +327,15 @@ pub(super) fn commit(
 
 /// Flushes removed LUs and gives up their backing files, so a later reload can export the
 /// same file again at once (connections may hold the old map until their next command).
-pub(super) async fn retire(retired: Vec<Retired>) {
-    for Retired { target, lun, lu } in retired {
+pub(super) async fn retire(retired: Retirement) {
+    // A removed portal's socket closes on the login thread: the reload ends once it has, so
+    // that nothing connects to a portal the reload reported removed.
+    for listener in &retired.portals {
+        if !listener.wait_closed(PORTAL_CLOSE).await {
+            error!(portal = %listener.portal.addr, "a removed portal's socket did not close in {} s", PORTAL_CLOSE.as_secs());
+        }
+    }
+    for Retired { target, lun, lu } in retired.luns {
         let flushed = tokio::task::spawn_blocking(move || {
             let result = lu.config().device.flush();
             lu.config().device.release();
@@ -398,13 +421,11 @@ fn grow(server: &Server, target: &str, lun: u64, size: u64) -> bool {
 }
 
 /// Stops the listener configured as `addr` and ends the connections it accepted; returns how
-/// many logged-in connections ended.
-fn remove_portal(server: &Server, addr: SocketAddr) -> usize {
+/// many logged-in connections ended, and the listener (its socket closes shortly after).
+fn remove_portal(server: &Server, addr: SocketAddr) -> Option<(usize, crate::listen::Listener)> {
     let listener = {
         let mut listeners = server.listeners.lock();
-        let Some(position) = listeners.iter().position(|l| l.configured == addr) else {
-            return 0;
-        };
+        let position = listeners.iter().position(|l| l.configured == addr)?;
         listeners.remove(position)
     };
     let sessions: Vec<_> = server.sessions.lock().by_tsih.values().cloned().collect();
@@ -421,5 +442,5 @@ fn remove_portal(server: &Server, addr: SocketAddr) -> usize {
     // Every connection's close token is a child of this one (those still logging in too).
     listener.stop.cancel();
     info!(portal = %listener.portal.addr, connections = ended, "portal removed");
-    ended
+    Some((ended, listener))
 }
