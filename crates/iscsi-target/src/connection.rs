@@ -76,11 +76,16 @@ pub async fn run(
     let local = stream.local_addr().unwrap_or(portal.addr);
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::new();
-    let logged_in = tokio::select! {
-        l = login::log_in(&server, &mut rd, &mut wr, &mut buf, portal, peer, local) => l,
-        _ = portal_stop.cancelled() => None,
-    };
-    let Some(logged_in) = logged_in else {
+    let Some(logged_in) = login::log_in(
+        &server,
+        &mut rd,
+        &mut wr,
+        &mut buf,
+        (portal, peer, local),
+        &portal_stop,
+    )
+    .await
+    else {
         return;
     };
     // The socket leaves the login thread's reactor for the serving runtime's.

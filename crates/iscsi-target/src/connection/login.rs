@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// A completed login: its session, the negotiated outcome, the connection's CID and the next
 /// StatSN.
@@ -24,17 +25,21 @@ pub(super) struct LoggedIn {
     pub stat_sn: u32,
 }
 
-/// Runs the login phase; `None` when the connection ends in it (refused, timed out, closed
-/// or not a login), each case answered and logged as RFC 7143 and the limits say.
+/// Runs the login phase; `None` when the connection ends in it (refused, timed out, closed,
+/// not a login, or its portal stopped while it waited for a Login Request), each case
+/// answered and logged as RFC 7143 and the limits say. `at` is (portal, peer, local address).
+/// The portal's stop ends the login only between requests: the session is created at the
+/// last one, and what follows it is bounded by the login timeout and ends in the full-feature
+/// phase's own cleanup.
 pub(super) async fn log_in(
     server: &Arc<Server>,
     rd: &mut OwnedReadHalf,
     wr: &mut OwnedWriteHalf,
     buf: &mut BytesMut,
-    portal: Portal,
-    peer: SocketAddr,
-    local: SocketAddr,
+    at: (Portal, SocketAddr, SocketAddr),
+    stop: &CancellationToken,
 ) -> Option<LoggedIn> {
+    let (portal, peer, local) = at;
     let framer = Framer::default();
     let mut login = TargetLogin::new(server.login_defaults());
     let mut policy = ConnectionPolicy {
@@ -50,7 +55,11 @@ pub(super) async fn log_in(
     let deadline = Instant::now() + limits.config.login_timeout;
     let mut login_text = crate::limits::LoginText::default();
     let (outcome, cid, stat_sn) = loop {
-        let pdu = match tokio::time::timeout_at(deadline, read_pdu(rd, buf, &framer)).await {
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, read_pdu(rd, buf, &framer)) => r,
+            _ = stop.cancelled() => return None,
+        };
+        let pdu = match read {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return None,
             Err(_) => {
