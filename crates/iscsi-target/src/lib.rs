@@ -273,12 +273,9 @@ impl ServerHandle {
         // are free to bind again.
         let listeners: Vec<_> = std::mem::take(&mut *self.server.listeners.lock());
         for listener in &listeners {
-            if !listener
+            listener
                 .wait_closed(std::time::Duration::from_secs(10))
-                .await
-            {
-                error!(portal = %listener.portal.addr, "a portal's socket did not close at shutdown");
-            }
+                .await;
         }
         for t in &self.server.targets {
             for (lun, lu) in t.luns.load().luns() {

@@ -25,16 +25,17 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Waits until the listening socket is closed (after `stop`), at most `within`; whether
-    /// it was.
-    pub async fn wait_closed(&self, within: std::time::Duration) -> bool {
-        tokio::time::timeout(within, self.closed.cancelled())
+    /// Waits until the listening socket is closed (after `stop`), at most `within`; logs an
+    /// error if it was not.
+    pub async fn wait_closed(&self, within: std::time::Duration) {
+        if tokio::time::timeout(within, self.closed.cancelled())
             .await
-            .is_ok()
+            .is_err()
+        {
+            error!(portal = %self.portal.addr, "the portal's socket did not close within {} s", within.as_secs());
+        }
     }
-}
 
-impl Listener {
     /// Whether a connection whose local address is `local` was accepted here: a wildcard
     /// listener accepts on every address of its port.
     pub fn accepted(&self, local: SocketAddr) -> bool {
