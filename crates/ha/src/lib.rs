@@ -54,7 +54,15 @@ pub struct PairConfig {
     pub core: replication::Config,
     /// The shared SCSI state this node starts with (its own persistent copy) and its version.
     pub shared: (u64, bytes::Bytes),
+    /// A pass of small local applies written on the LUN's core task that takes longer than
+    /// this (the file system stalled it) sends the next ones to the LUN's I/O threads for a
+    /// while ([`INLINE_SLOW`] by default).
+    pub inline_slow: std::time::Duration,
 }
+
+/// The default [`PairConfig::inline_slow`]: a buffered write of a few blocks into the page
+/// cache takes microseconds; one that takes milliseconds waited for the disk.
+pub const INLINE_SLOW: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Why a replicated LUN cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -214,6 +222,8 @@ impl ReplicatedLun {
             next_flush: 1,
             local_io: 0,
             applies: Vec::new(),
+            inline_off_until: None,
+            inline_slow: cfg.inline_slow,
             resync_remaining: 0,
             dirty_at: None,
             dirty: 0,

@@ -150,6 +150,11 @@ pub(crate) struct Driver {
     /// Plain (not FUA) applies of the current pass over the core's actions, handed to one
     /// local I/O thread together when the pass ends (`Driver::apply_batch`).
     pub applies: Vec<(Token, u64, Bytes)>,
+    /// Until then, plain applies go to the I/O threads even when small (the file system was
+    /// slow to take some on this task).
+    pub inline_off_until: Option<Instant>,
+    /// See [`crate::PairConfig::inline_slow`].
+    pub inline_slow: Duration,
 }
 
 /// Most inputs (or peer frames) fed to the core before its actions are carried out: under
@@ -164,8 +169,7 @@ impl Driver {
 
     pub async fn run(mut self) {
         let mut stop = None;
-        self.drain();
-        self.flush_link();
+        self.settle();
         self.ensure_link();
         self.publish();
         // Status (the dirty count) is refreshed at least this often.
@@ -205,8 +209,7 @@ impl Driver {
                     self.replica.tick(now);
                 }
             }
-            self.drain();
-            self.flush_link();
+            self.settle();
             self.ensure_link();
             self.reads();
             self.publish();
@@ -467,11 +470,19 @@ impl Driver {
         }));
     }
 
-    fn drain(&mut self) {
-        while let Some(a) = self.replica.poll_action() {
-            self.action(a);
+    /// Carry out the core's actions until it has none: the frames go out before this pass's
+    /// applies are written (so the peer starts on a write while this node writes it too), and
+    /// applies completed on this task give the core more to do.
+    fn settle(&mut self) {
+        loop {
+            while let Some(a) = self.replica.poll_action() {
+                self.action(a);
+            }
+            self.flush_link();
+            if !self.apply_batch() {
+                break;
+            }
         }
-        self.apply_batch();
     }
 
     /// A host request completed: submit the next one queued, if any.

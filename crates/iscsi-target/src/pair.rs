@@ -56,6 +56,7 @@ pub fn pair_config(cluster: &ClusterConfig, lun: &LunConfig, size: u64) -> PairC
         replacement: cluster.replacement,
         core,
         shared: crate::pair_pr::load_state(&crate::pair_pr::state_path(&lun.path)),
+        inline_slow: lanes_ha::INLINE_SLOW,
     }
 }
 

@@ -3,17 +3,42 @@
 
 use super::*;
 
+/// Most plain applies one pass writes on the core's task itself (see `apply_batch`).
+const INLINE_COUNT: usize = 1;
+/// Most bytes of plain applies one pass writes on the core's task itself.
+const INLINE_BYTES: usize = 128 * 1024;
+/// A pass of applies on the core's task slower than `inline_slow` sends the passes after it
+/// to the I/O threads for this long.
+const INLINE_PAUSE: Duration = Duration::from_secs(5);
+
 impl Driver {
-    /// Hand this pass's plain applies to one local I/O thread: they would serialize on the
-    /// backing file's inode lock anyway, and one wake-up serves them all. Each reports on its
-    /// own as it completes, so the first is not held back by the last.
-    pub(super) fn apply_batch(&mut self) {
+    /// Carry out this pass's plain applies. A lone small one (a write at low queue depth) is
+    /// written here, on the core's own task: a buffered write of a few blocks into the page
+    /// cache takes microseconds, and a hand-off to an I/O thread and back costs two thread
+    /// wake-ups on the write's critical path (on the peer, between receiving the frame and
+    /// acknowledging it). Several (a loaded LUN), a large one, or any while the file system has
+    /// lately been slow to take them ([`crate::PairConfig::inline_slow`]) go to one local I/O
+    /// thread together, while the core goes on with the next inputs: the writes would
+    /// serialize on the backing file's inode lock anyway, and one wake-up serves them all;
+    /// each reports on its own as it completes, so the first is not held back by the last.
+    ///
+    /// Returns whether applies completed here (the core then has actions to carry out).
+    pub(super) fn apply_batch(&mut self) -> bool {
         if self.applies.is_empty() {
-            return;
+            return false;
         }
         let batch = std::mem::take(&mut self.applies);
+        if self.io.is_none() {
+            return false;
+        }
+        let bytes: usize = batch.iter().map(|(_, _, d)| d.len()).sum();
+        let inline_ok = self.inline_off_until.is_none_or(|t| Instant::now() >= t);
+        if inline_ok && batch.len() <= INLINE_COUNT && bytes <= INLINE_BYTES {
+            self.apply_here(batch);
+            return true;
+        }
         let Some(io) = &self.io else {
-            return;
+            return false;
         };
         self.local_io += batch.len();
         let (dev, me) = (self.local.clone(), self.me.clone());
@@ -36,6 +61,43 @@ impl Driver {
                 let _ = me.send(Input::LocalFailed(e));
             }
         }));
+        false
+    }
+
+    /// Write `batch` on this task and tell the core at once. A failure is reported as a
+    /// local I/O failure would be from a thread (the LUN stops); a pass that took longer than
+    /// `inline_slow` (writeback throttling, a page read in) sends the next passes to the
+    /// I/O threads for [`INLINE_PAUSE`], so heartbeats and the peer link never wait on a slow
+    /// file system for long.
+    fn apply_here(&mut self, batch: Vec<(Token, u64, Bytes)>) {
+        let started = Instant::now();
+        let mut failed: Option<String> = None;
+        for (token, off, data) in batch {
+            if failed.is_none() {
+                match catch_unwind(AssertUnwindSafe(|| self.local.write_at(&data, off))) {
+                    Ok(Ok(())) => {
+                        let now = self.now();
+                        self.replica.apply_done(now, token);
+                        continue;
+                    }
+                    Ok(Err(e)) => failed = Some(e.to_string()),
+                    Err(_) => failed = Some("local I/O panicked".into()),
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // Through the inputs, as a thread's failure comes: the run loop stops the LUN.
+            self.local_io += 1;
+            let _ = self.me.send(Input::LocalFailed(e));
+        }
+        let took = started.elapsed();
+        if took > self.inline_slow {
+            tracing::debug!(
+                ?took,
+                "local applies were slow: sending them to the I/O threads for a while"
+            );
+            self.inline_off_until = Some(Instant::now() + INLINE_PAUSE);
+        }
     }
 
     /// Reads `blocks` blocks at `lba` on a local I/O thread; `done` makes the core's input of

@@ -31,6 +31,11 @@ pub struct Pair {
 
 impl Pair {
     pub fn new() -> Pair {
+        Pair::wrapping(|_, d| d)
+    }
+
+    /// A pair whose local disks are `wrap(node, file disk)`.
+    pub fn wrapping(wrap: impl Fn(usize, Arc<dyn BlockDevice>) -> Arc<dyn BlockDevice>) -> Pair {
         // RUST_LOG=lanes_ha=debug shows both nodes' logs beside a failure.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -39,8 +44,12 @@ impl Pair {
         let etcd = Etcd::start();
         let dir = tempfile::tempdir().unwrap();
         let disk = |n: usize| -> Arc<dyn BlockDevice> {
-            Arc::new(
-                FileDevice::open(dir.path().join(format!("disk{n}")), Some(BLOCKS * BS)).unwrap(),
+            wrap(
+                n,
+                Arc::new(
+                    FileDevice::open(dir.path().join(format!("disk{n}")), Some(BLOCKS * BS))
+                        .unwrap(),
+                ),
             )
         };
         Pair {
@@ -68,12 +77,19 @@ impl Pair {
             replacement: false,
             core: replication::Config::new(node, 0, BLOCKS),
             shared: Default::default(),
+            inline_slow: lanes_ha::INLINE_SLOW,
         }
     }
 
     pub fn start(&self, node: u8) -> Node {
-        let lun =
-            ReplicatedLun::start(self.config(node), self.disks[usize::from(node)].clone()).unwrap();
+        self.start_with(node, |_| {})
+    }
+
+    /// Start `node` with its configuration changed by `change`.
+    pub fn start_with(&self, node: u8, change: impl FnOnce(&mut PairConfig)) -> Node {
+        let mut cfg = self.config(node);
+        change(&mut cfg);
+        let lun = ReplicatedLun::start(cfg, self.disks[usize::from(node)].clone()).unwrap();
         Node {
             dev: lun.device(),
             lun,
