@@ -10,6 +10,8 @@ pub struct ConnectionStats {
     pub bytes_out: AtomicU64,
     pub pdus_in: AtomicU64,
     pub pdus_out: AtomicU64,
+    /// Socket writes that sent them (each carries every PDU queued at the time).
+    pub writes_out: AtomicU64,
     pub header_digest: std::sync::atomic::AtomicBool,
     pub data_digest: std::sync::atomic::AtomicBool,
 }
@@ -22,6 +24,7 @@ impl ConnectionStats {
 
     pub fn add_out(&self, pdus: usize, bytes: usize) {
         self.pdus_out.fetch_add(pdus as u64, Ordering::Relaxed);
+        self.writes_out.fetch_add(1, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
@@ -32,6 +35,7 @@ impl ConnectionStats {
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
             pdus_in: self.pdus_in.load(Ordering::Relaxed),
             pdus_out: self.pdus_out.load(Ordering::Relaxed),
+            writes_out: self.writes_out.load(Ordering::Relaxed),
         }
     }
 }
@@ -44,4 +48,5 @@ pub struct StatsSnapshot {
     pub bytes_out: u64,
     pub pdus_in: u64,
     pub pdus_out: u64,
+    pub writes_out: u64,
 }

@@ -35,6 +35,8 @@ struct ConnectionView {
     bytes_out: u64,
     pdus_in: u64,
     pdus_out: u64,
+    /// Vectored socket writes that sent `pdus_out` (PDUs per write: how well responses batch).
+    writes_out: u64,
 }
 
 #[derive(Serialize)]
@@ -174,6 +176,7 @@ fn snapshot(server: &Server) -> StatusView {
                             bytes_out: st.bytes_out,
                             pdus_in: st.pdus_in,
                             pdus_out: st.pdus_out,
+                            writes_out: st.writes_out,
                         }
                     })
                     .collect(),

@@ -58,6 +58,15 @@ fn stamp(pdu: &mut Pdu, stat_sn: u32, exp: u32, max: u32) {
     }
 }
 
+/// Messages taken from the queue for one write.
+#[derive(Default)]
+struct Batch {
+    count: usize,
+    /// Their weight in the send backlog.
+    taken: usize,
+    close: bool,
+}
+
 /// Sends queued PDUs until the channel closes or `Close` arrives.
 pub struct Writer {
     pub socket: OwnedWriteHalf,
@@ -95,30 +104,22 @@ impl Writer {
         let mut trailers = BytesMut::with_capacity(BATCH_PDUS * 8);
         let mut chunks: Vec<Bytes> = Vec::with_capacity(BATCH_PDUS * 3);
         let mut pdus: Vec<Pdu> = Vec::with_capacity(BATCH_PDUS);
-        let mut close = false;
         while let Some(first) = rx.recv().await {
-            let mut next = Some(first);
-            let mut count = 0;
-            let mut taken = 0;
-            while let Some(msg) = next.take() {
-                taken += weight(&msg);
-                match msg {
-                    Outbound::Pdu(p) => pdus.push(p),
-                    Outbound::Scsi(done) => self.grid().lay_out(done, &mut pdus, &mut self.sent),
-                    Outbound::DataInPart(part) => {
-                        self.grid().lay_out_part(part, &mut pdus, &mut self.sent)
-                    }
-                    Outbound::Close => {
-                        close = true;
-                        break;
-                    }
-                }
-                count += 1;
-                if count >= BATCH_PDUS {
-                    break;
-                }
-                next = rx.try_recv().ok();
+            let mut batch = Batch::default();
+            self.gather(Some(first), &mut rx, &mut batch, &mut pdus);
+            // More commands of this session are still running: their completions often
+            // arrive a moment apart (one pass of a replicated LUN's core ends several). Let
+            // them queue for one scheduler turn, so they share this write and the host's
+            // wake-up. Never at queue depth 1: nothing else is in flight then.
+            if !batch.close
+                && batch.count < BATCH_PDUS
+                && self.session.tasks_in_flight() > batch.count
+            {
+                tokio::task::yield_now().await;
+                let next = rx.try_recv().ok();
+                self.gather(next, &mut rx, &mut batch, &mut pdus);
             }
+            let (taken, close) = (batch.taken, batch.close);
             self.flush(&mut pdus, &mut chunks, &mut scratch, &mut trailers)
                 .await?;
             self.backlog.release(taken);
@@ -128,6 +129,34 @@ impl Writer {
             }
         }
         Ok(())
+    }
+
+    /// Lays out `next` and what else is queued into `pdus`, until [`BATCH_PDUS`] messages or
+    /// `Close`.
+    fn gather(
+        &mut self,
+        mut next: Option<Outbound>,
+        rx: &mut mpsc::UnboundedReceiver<Outbound>,
+        batch: &mut Batch,
+        pdus: &mut Vec<Pdu>,
+    ) {
+        while let Some(msg) = next.take() {
+            batch.taken += weight(&msg);
+            match msg {
+                Outbound::Pdu(p) => pdus.push(p),
+                Outbound::Scsi(done) => self.grid().lay_out(done, pdus, &mut self.sent),
+                Outbound::DataInPart(part) => self.grid().lay_out_part(part, pdus, &mut self.sent),
+                Outbound::Close => {
+                    batch.close = true;
+                    return;
+                }
+            }
+            batch.count += 1;
+            if batch.count >= BATCH_PDUS {
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
     }
 
     async fn flush(
@@ -178,4 +207,105 @@ async fn write_all_vectored(socket: &mut OwnedWriteHalf, chunks: &[Bytes]) -> st
         cursor.advance(chunks, written);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::TaskEntry;
+    use iscsi_proto::negotiation::SessionParams;
+    use iscsi_proto::pdu::NopIn;
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A writer on a loopback socket for a session with `tasks` commands in flight, and the
+    /// socket's other end.
+    async fn writer(tasks: u32) -> (Writer, Arc<ConnectionStats>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (_, socket) = server.into_split();
+        let nexus = scsi::Nexus {
+            id: 1,
+            initiator_name: Arc::from("iqn.2026-11.io.lanes:test"),
+            isid: [0; 6],
+            relative_target_port: 1,
+            target_port_group: 1,
+        };
+        let session = Arc::new(Session::new(
+            1,
+            [0; 6],
+            Arc::from("iqn.2026-11.io.lanes:test"),
+            SessionParams::default(),
+            None,
+            nexus,
+            1,
+            0,
+            64,
+        ));
+        for itt in 0..tasks {
+            let entry = TaskEntry {
+                lun: 0,
+                cid: 0,
+                aborted: false,
+                tas: false,
+                executing: true,
+                ordered: false,
+            };
+            session.task_started(itt, entry);
+        }
+        let stats = Arc::new(ConnectionStats::default());
+        let writer = Writer {
+            socket,
+            session,
+            stats: stats.clone(),
+            framer: Framer::default(),
+            stat_sn: 1,
+            max_xmit: 8192,
+            max_burst: 262_144,
+            pool: Arc::new(BufferPool::default()),
+            sent: Vec::new(),
+            backlog: Backlog::new(1 << 20),
+        };
+        (writer, stats, client)
+    }
+
+    fn nop(itt: u32) -> Outbound {
+        Outbound::Pdu(Pdu::NopIn(NopIn {
+            itt,
+            ttt: RESERVED_TAG,
+            ..NopIn::default()
+        }))
+    }
+
+    /// Sends `first`, lets the writer run once, sends `second`, and returns how many socket
+    /// writes carried the two PDUs.
+    async fn two_pdus_a_moment_apart(tasks: u32) -> u64 {
+        let (writer, stats, mut client) = writer(tasks).await;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(writer.run(rx));
+        tx.send(nop(1)).unwrap();
+        // One turn of this single-threaded runtime: the writer takes the first PDU.
+        tokio::task::yield_now().await;
+        tx.send(nop(2)).unwrap();
+        let mut both = [0u8; 2 * 48];
+        client.read_exact(&mut both).await.unwrap();
+        drop(tx);
+        task.await.unwrap().unwrap();
+        assert_eq!(stats.pdus_out.load(Ordering::Relaxed), 2);
+        stats.writes_out.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn responses_ending_a_moment_apart_share_one_write_while_others_run() {
+        assert_eq!(two_pdus_a_moment_apart(4).await, 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn with_nothing_else_in_flight_a_response_goes_out_at_once() {
+        assert_eq!(two_pdus_a_moment_apart(1).await, 2);
+    }
 }

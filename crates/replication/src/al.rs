@@ -5,6 +5,32 @@
 //! operations never hold some extents each while waiting for the others. An extent may be
 //! evicted only when no operation uses it and a local fsync has covered its last write; the
 //! core issues that fsync when an eviction needs it.
+//!
+//! Every write takes and gives back its extents on both nodes, so the common case (the
+//! extents are already in the log) costs a hash lookup per extent, not a scan of the slots.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes an extent number (a `u64` key) with one multiplication.
+#[derive(Default)]
+struct ExtentHasher(u64);
+
+impl Hasher for ExtentHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -42,6 +68,10 @@ pub(crate) enum Acquire {
 #[derive(Debug)]
 pub(crate) struct ActivityLog {
     slots: Vec<Slot>,
+    /// Slot of each extent in the log.
+    index: HashMap<u64, usize, BuildHasherDefault<ExtentHasher>>,
+    /// Slots with at least one own write (`Slot::own > 0`).
+    own_held: usize,
     extent_blocks: u64,
     clock: u64,
     /// Apply-completion counter covered by the last completed fsync.
@@ -52,6 +82,8 @@ impl ActivityLog {
     pub(crate) fn new(slots: usize, extent_blocks: u64) -> ActivityLog {
         ActivityLog {
             slots: vec![EMPTY; slots],
+            index: HashMap::with_capacity_and_hasher(slots, Default::default()),
+            own_held: 0,
             extent_blocks,
             clock: 0,
             synced: 0,
@@ -79,7 +111,7 @@ impl ActivityLog {
     }
 
     fn find(&self, extent: u64) -> Option<usize> {
-        self.slots.iter().position(|s| s.extent == Some(extent))
+        self.index.get(&extent).copied()
     }
 
     fn evictable(&self, s: &Slot, first: u64, last: u64) -> bool {
@@ -99,7 +131,7 @@ impl ActivityLog {
         mut persist: impl FnMut(u32, u64) -> u64,
     ) -> Acquire {
         if own {
-            let held = self.slots.iter().filter(|s| s.own > 0).count();
+            let held = self.own_held;
             let more = (first..=last)
                 .filter(|&e| self.find(e).is_none_or(|i| self.slots[i].own == 0))
                 .count();
@@ -153,6 +185,10 @@ impl ActivityLog {
                     }
                     let Some(i) = best else { return Acquire::Busy };
                     let t = persist(i as u32, e);
+                    if let Some(old) = self.slots[i].extent {
+                        self.index.remove(&old);
+                    }
+                    self.index.insert(e, i);
                     self.slots[i] = Slot {
                         extent: Some(e),
                         token: t,
@@ -163,7 +199,10 @@ impl ActivityLog {
             };
             let s = &mut self.slots[i];
             s.users += 1;
-            s.own += u32::from(own);
+            if own {
+                self.own_held += usize::from(s.own == 0);
+                s.own += 1;
+            }
             s.last_use = self.clock;
             token = token.max(s.token);
         }
@@ -177,8 +216,9 @@ impl ActivityLog {
             if let Some(i) = self.find(e) {
                 let s = &mut self.slots[i];
                 s.users = s.users.saturating_sub(1);
-                if own {
-                    s.own = s.own.saturating_sub(1);
+                if own && s.own > 0 {
+                    s.own -= 1;
+                    self.own_held -= usize::from(s.own == 0);
                 }
                 s.last_apply = s.last_apply.max(applied);
             }
@@ -264,5 +304,54 @@ mod tests {
             al.acquire(2, 2, true, &mut persist),
             Acquire::Held { .. }
         ));
+    }
+
+    /// The index and the own-slot count are what a scan of the slots would find, after any
+    /// sequence of acquisitions (hits, loads, evictions, refusals) and releases.
+    #[test]
+    fn the_index_and_own_count_follow_the_slots() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let mut al = ActivityLog::new(8, 4);
+        let mut held: Vec<(u64, u64, bool)> = Vec::new();
+        let mut next = 0;
+        let (mut evictions, mut refusals) = (0, 0);
+        for step in 0..20_000u64 {
+            if held.is_empty() || rng.gen_bool(0.55) {
+                let first = rng.gen_range(0..24u64);
+                let last = first + rng.gen_range(0..2u64);
+                let own = rng.gen_bool(0.5);
+                let mut loaded = 0;
+                match al.acquire(first, last, own, |_, _| {
+                    loaded += 1;
+                    next += 1;
+                    next
+                }) {
+                    Acquire::Held { .. } => held.push((first, last, own)),
+                    _ => refusals += 1,
+                }
+                evictions += loaded;
+            } else {
+                let (first, last, own) = held.swap_remove(rng.gen_range(0..held.len()));
+                al.release(first, last, step, own);
+            }
+            if rng.gen_bool(0.05) {
+                al.synced = step;
+            }
+            let own_slots = al.slots.iter().filter(|s| s.own > 0).count();
+            assert_eq!(al.own_held, own_slots, "step {step}");
+            let in_log: Vec<_> = al.slots.iter().filter_map(|s| s.extent).collect();
+            assert_eq!(al.index.len(), in_log.len(), "step {step}");
+            for (i, s) in al.slots.iter().enumerate() {
+                if let Some(e) = s.extent {
+                    assert_eq!(al.find(e), Some(i), "step {step}");
+                }
+            }
+            for &(first, last, _) in &held {
+                assert!((first..=last).all(|e| al.find(e).is_some()), "step {step}");
+            }
+        }
+        // The walk went through the interesting cases.
+        assert!(evictions > 100 && refusals > 100, "{evictions} {refusals}");
     }
 }
