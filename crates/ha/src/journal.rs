@@ -49,6 +49,9 @@ fn io(path: &Path, source: std::io::Error) -> JournalError {
 pub struct Geometry {
     pub regions: u64,
     pub al_slots: usize,
+    /// Dirty-bitmap regions per activity-log extent (to resize the log of an existing
+    /// journal: see [`Journal::open`]).
+    pub extent_regions: u64,
     /// Generation of a new journal (both nodes of a new pair start equal).
     pub initial_generation: u64,
     /// A new journal starts outdated (a replacement disk that must be resynced in full).
@@ -56,10 +59,14 @@ pub struct Geometry {
 }
 
 fn header(g: &Geometry) -> Vec<u8> {
+    header_with(g.regions, g.al_slots)
+}
+
+fn header_with(regions: u64, al_slots: usize) -> Vec<u8> {
     let mut h = Vec::with_capacity(HEADER);
     h.extend_from_slice(MAGIC);
-    h.extend_from_slice(&g.regions.to_le_bytes());
-    h.extend_from_slice(&(g.al_slots as u32).to_le_bytes());
+    h.extend_from_slice(&regions.to_le_bytes());
+    h.extend_from_slice(&(al_slots as u32).to_le_bytes());
     let crc = crc32c::crc32c(&h);
     h.extend_from_slice(&crc.to_le_bytes());
     h
@@ -185,6 +192,25 @@ fn snapshot(meta: &Meta) -> Vec<MetaOp> {
     ops
 }
 
+/// `meta` with an activity log of `g.al_slots` slots: its extents kept (packed into the first
+/// slots); those that no longer fit are marked in the dirty bitmap instead, so a resync
+/// copies them whole where it would have compared them. Never less than the old log covered.
+fn resized(meta: &Meta, g: &Geometry) -> Meta {
+    let mut m = meta.clone();
+    m.al = vec![None; g.al_slots];
+    for (i, e) in meta.al.iter().flatten().enumerate() {
+        match m.al.get_mut(i) {
+            Some(slot) => *slot = Some(*e),
+            None => {
+                let first = e.saturating_mul(g.extent_regions);
+                let count = g.extent_regions.min(g.regions.saturating_sub(first));
+                m.apply(&MetaOp::BitsSet { first, count });
+            }
+        }
+    }
+    m
+}
+
 /// The open journal (owned by the journal thread after [`Journal::open`]).
 pub struct Journal {
     path: PathBuf,
@@ -218,11 +244,23 @@ impl Journal {
             j.rewrite()?;
             j
         } else {
-            if bytes[..HEADER] != header(&geometry)[..] {
+            // The activity log's size may change between runs (`activity-log-extents`);
+            // nothing else in the header may.
+            let stored = bytes
+                .get(16..20)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, |b| u32::from_le_bytes(b) as usize);
+            let resize = stored != geometry.al_slots
+                && stored >= 2
+                && bytes[..HEADER] == header_with(geometry.regions, stored)[..];
+            if bytes[..HEADER] != header(&geometry)[..] && !resize {
                 return Err(JournalError::Foreign {
                     path: path.display().to_string(),
                     reason: "header mismatch".into(),
                 });
+            }
+            if resize {
+                meta.al = vec![None; stored];
             }
             let mut at = HEADER;
             let mut records = 0;
@@ -251,7 +289,12 @@ impl Journal {
                 buf: Vec::with_capacity(4096),
             }
         };
-        if j.records > COMPACT_AFTER / 2 {
+        if j.meta.al.len() != geometry.al_slots {
+            let from = j.meta.al.len();
+            j.meta = resized(&j.meta, &geometry);
+            tracing::warn!(path = %path.display(), from, to = geometry.al_slots, "metadata journal: activity log resized");
+            j.rewrite()?;
+        } else if j.records > COMPACT_AFTER / 2 {
             j.rewrite()?;
         }
         Ok(j)
@@ -363,6 +406,7 @@ mod tests {
         Geometry {
             regions: 1000,
             al_slots: 7,
+            extent_regions: 10,
             initial_generation: 1,
             initial_outdated: false,
         }
@@ -437,5 +481,59 @@ mod tests {
         assert_eq!(j.meta(), &want);
         assert_eq!(j.meta().epoch, 9);
         assert_eq!(replication::meta::count_set(&j.meta().bitmap), 2);
+    }
+
+    /// `activity-log-extents` changed between runs: a larger log keeps every extent; a
+    /// smaller one keeps what fits and marks the rest dirty (copied whole by the next resync
+    /// instead of compared), and the header says the new size from then on.
+    #[test]
+    fn the_activity_log_is_resized_without_losing_an_extent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta");
+        let mut j = Journal::open(&path, geo()).unwrap();
+        let ops: Vec<MetaOp> = [(0, 4), (2, 9), (5, 99), (6, 50)]
+            .into_iter()
+            .map(|(slot, e)| MetaOp::AlSet {
+                slot,
+                extent: Some(e),
+            })
+            .chain([MetaOp::BitsSet { first: 0, count: 3 }])
+            .collect();
+        j.append(&ops).unwrap();
+        drop(j);
+        let extents = |j: &Journal| j.meta().al.iter().flatten().copied().collect::<Vec<_>>();
+        let bigger = Geometry {
+            al_slots: 12,
+            ..geo()
+        };
+        let j = Journal::open(&path, bigger).unwrap();
+        assert_eq!(j.meta().al.len(), 12);
+        assert_eq!(extents(&j), [4, 9, 99, 50]);
+        assert_eq!(replication::meta::count_set(&j.meta().bitmap), 3);
+        drop(j);
+        let smaller = Geometry {
+            al_slots: 2,
+            ..geo()
+        };
+        let j = Journal::open(&path, smaller).unwrap();
+        assert_eq!(extents(&j), [4, 9]);
+        // Extent 99 (regions 990..1000, the last ten) and 50 (500..510) are now dirty.
+        let bits = &j.meta().bitmap;
+        assert!((990..1000)
+            .chain(500..510)
+            .all(|r| replication::meta::get_bit(bits, r)));
+        assert_eq!(replication::meta::count_set(bits), 3 + 20);
+        let want = j.meta().clone();
+        drop(j);
+        // The new size is the journal's own now: reopened alike, and the old size is a change.
+        assert_eq!(Journal::open(&path, smaller).unwrap().meta(), &want);
+        let other = Geometry {
+            regions: 999,
+            ..smaller
+        };
+        assert!(matches!(
+            Journal::open(&path, other),
+            Err(JournalError::Foreign { .. })
+        ));
     }
 }

@@ -134,6 +134,7 @@ impl ReplicatedLun {
         let geometry = journal::Geometry {
             regions: cfg.core.regions(),
             al_slots: cfg.core.al_slots,
+            extent_regions: (cfg.core.al_extent_blocks / u64::from(cfg.core.region_blocks)).max(1),
             initial_generation: if cfg.replacement {
                 replication::meta::fresh_generation(
                     std::time::SystemTime::now()

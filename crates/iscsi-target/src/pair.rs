@@ -36,6 +36,7 @@ pub fn pair_config(cluster: &ClusterConfig, lun: &LunConfig, size: u64) -> PairC
     // 4 KiB dirty regions and 4 MiB activity-log extents whatever the block size.
     core.region_blocks = (4096 / bs).max(1);
     core.al_extent_blocks = u64::from((4 << 20) / bs);
+    core.al_slots = cluster.activity_log_extents;
     let hb = cluster.heartbeat.as_nanos() as u64;
     core.heartbeat_interval = hb;
     core.read_lease = 2 * hb;

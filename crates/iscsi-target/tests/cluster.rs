@@ -103,6 +103,23 @@ fn one_file_serves_both_nodes_with_the_same_lun_identity() {
                 .unwrap_or_else(|e| panic!("{e}\n{}", c.to_toml()));
         assert_eq!(&back, c);
     }
+    // The activity log: 1237 extents unless set; a value out of range names line and key.
+    assert_eq!(c1.activity_log_extents, 1237);
+    let set = text.replace(
+        "heartbeat = \"100ms\"\n",
+        "heartbeat = \"100ms\"\nactivity-log-extents = 300\n",
+    );
+    let c = from_file(&set, Some(1)).unwrap().cluster.unwrap();
+    assert_eq!(c.activity_log_extents, 300);
+    let line = 1 + set
+        .lines()
+        .position(|l| l.starts_with("activity-log"))
+        .unwrap();
+    let e = from_file(&set.replace("= 300", "= 1"), Some(1)).unwrap_err();
+    assert!(
+        e.contains(&format!("lanes.toml:{line}:")) && e.contains("cluster.activity-log-extents"),
+        "{e}"
+    );
     // Without a node anywhere, the file is refused, naming the key.
     let e = from_file(&text, None).unwrap_err();
     assert!(e.contains("cluster.node"), "{e}");

@@ -11,6 +11,7 @@
 //! listen = "10.78.1.1:7000"        # node 1's replication address; LUN N uses port + N
 //! peer = "10.78.1.2:7000"          # node 2's replication address (as seen from node 1)
 //! heartbeat = "100ms"              # the peer counts as lost after 3 missed heartbeats
+//! activity-log-extents = 1237      # hot 4 MiB extents per LUN (default 1237: 4.8 GiB)
 //!
 //! [[portal-group]]
 //! tag = 1
@@ -39,7 +40,14 @@ pub(super) struct RawCluster {
     listen: Spanned<String>,
     peer: Spanned<String>,
     heartbeat: Option<Spanned<String>>,
+    activity_log_extents: Option<Spanned<i64>>,
 }
+
+/// Activity-log extents (4 MiB each) per replicated LUN by default: 4.8 GiB of a LUN may be
+/// written at random without a metadata update per write, as with DRBD's default.
+pub const DEFAULT_AL_EXTENTS: usize = 1237;
+/// Most activity-log extents (256 GiB hot; compared with the peer after a crash).
+pub const MAX_AL_EXTENTS: usize = 65534;
 
 /// The pair this server is one node of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +64,10 @@ pub struct ClusterConfig {
     /// Node 2's replication address.
     pub node2: SocketAddr,
     pub heartbeat: Duration,
+    /// Activity-log extents per LUN: random writes spread over more than this many 4 MiB
+    /// extents cost a metadata sync each time one enters the log; after a crash this much of
+    /// the LUN is compared with the peer (docs/HA.md).
+    pub activity_log_extents: usize,
     /// Every portal group of both nodes, with its node.
     pub groups: Vec<(u8, PortalGroupConfig)>,
     /// `lanes serve --replacement`: this node's disks are new (a replaced machine): a LUN
@@ -186,6 +198,19 @@ pub(super) fn resolve(
                 )
             })?,
     };
+    let activity_log_extents = match &raw.activity_log_extents {
+        None => DEFAULT_AL_EXTENTS,
+        Some(v) => usize::try_from(*v.get_ref())
+            .ok()
+            .filter(|n| (2..=MAX_AL_EXTENTS).contains(n))
+            .ok_or_else(|| {
+                complain(
+                    v.span(),
+                    "cluster.activity-log-extents".into(),
+                    format!("must be from 2 to {MAX_AL_EXTENTS}, got {}", v.get_ref()),
+                )
+            })?,
+    };
     Ok(ClusterConfig {
         node,
         preferred,
@@ -194,6 +219,7 @@ pub(super) fn resolve(
         node1,
         node2,
         heartbeat,
+        activity_log_extents,
         groups: Vec::new(),
         replacement: false,
     })

@@ -121,6 +121,7 @@ impl ServeConfig {
                 let _ = writeln!(out, "listen = {}", quoted(&c.node1.to_string()));
                 let _ = writeln!(out, "peer = {}", quoted(&c.node2.to_string()));
                 let _ = writeln!(out, "heartbeat = {}", duration(c.heartbeat));
+                let _ = writeln!(out, "activity-log-extents = {}", c.activity_log_extents);
                 c.groups
                     .iter()
                     .map(|(n, g)| {
