@@ -408,13 +408,17 @@ fn loss_drops_that_share_of_packets_until_restored() {
         "loss needs the nft tool (Debian package nftables; scripts/test.sh installs it)"
     );
     let lab = Lab::up("loss", Topology::Pathing, 1);
-    let _server = lab.iperf_server();
     // iperf3's UDP handshake is one datagram each way, which the loss can also drop: retry.
-    let udp_loss = || {
+    // Every attempt gets a server of its own: a server whose client was cut short stays busy
+    // with that test for a while and answers every retry "the server is busy".
+    let mut port = 5300u16;
+    let mut udp_loss = || {
         let mut last = String::new();
         for _ in 0..6 {
+            port += 1;
+            let _server = lab.iperf_server_on(port);
             // `timeout`: a lost handshake datagram can leave the client waiting for ever.
-            let argv = "timeout 8 iperf3 -c 10.77.1.2 -u -b 20M -t 2 -J";
+            let argv = format!("timeout 8 iperf3 -c 10.77.1.2 -p {port} -u -b 20M -t 2 -J");
             let argv: Vec<&str> = argv.split(' ').collect();
             let out = lab.output("host", &argv);
             let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);

@@ -375,35 +375,43 @@ fn a_write_held_in_a_paused_gateway_never_lands_after_a_reset_elsewhere(cluster:
         let started = std::time::Instant::now();
         sb.lun_reset().await.expect("LUN RESET through B completes");
         let took = started.elapsed();
-        // The reset's unit attention on B's own nexus, then the newer write.
-        let _ = sb.test_unit_ready().await;
-        assert_eq!(write10(&sb, lba, 0x33).await, (0, None), "the newer write");
+        // The newer write, after the unit attentions for B's own nexus: the reset's, and
+        // ASYMMETRIC ACCESS STATE CHANGED when B sees A's port group go (A fenced).
+        let (newer, b_attentions) = write10_past_attentions(&sb, lba, 0x33).await;
+        assert_eq!(newer, (0, None), "the newer write, after {b_attentions:?}");
         a.resume();
         let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), held)
             .await
             .expect("A answers the held write once resumed")
             .expect("task");
+        // Refused: by a unit attention (the reset's, or the port group's change of state once
+        // A saw it was fenced; the command was not run) or by the fenced storage.
         assert!(
-            matches!(
-                outcome,
-                (2, Some((6, 0x29, 0x03))) | (2, Some((2, 0x04, 0x0c)))
-            ),
+            matches!(outcome, (2, Some((6, _, _))) | (2, Some((2, 0x04, 0x0c)))),
             "the held write must be refused, not done: {outcome:?}"
         );
-        // A was fenced: what it is sent now is refused by the cluster (after the reset's unit
-        // attention, when the notice queued for A arrived after the held write ran).
-        let mut next = write10(&sa, lba, 0x55).await;
-        if next == (2, Some((6, 0x29, 0x03))) {
-            next = write10(&sa, lba, 0x55).await;
-        }
-        assert_eq!(next, (2, Some((2, 0x04, 0x0c))));
         let now = sb.read(u64::from(lba), 1).await.unwrap();
         assert!(
             now.iter().all(|x| *x == 0x33),
             "a stale write landed after the newer one (first byte {:#x})",
             now[0]
         );
-        eprintln!("LUN RESET through B with A paused: {took:?}");
+        // A was fenced: what it is sent now is refused, after the unit attentions still queued
+        // for A's nexus (the reset's, when its notice arrived after the held write ran, and
+        // ASYMMETRIC ACCESS STATE CHANGED for its port group going unavailable). A reconnects
+        // with a new client no sooner than a second after it made the group unavailable.
+        let (next, attentions) = write10_past_attentions(&sa, lba, 0x55).await;
+        assert_eq!(
+            next,
+            (2, Some((2, 0x04, 0x0c))),
+            "after the unit attentions {attentions:?}"
+        );
+        let now = sb.read(u64::from(lba), 1).await.unwrap();
+        assert!(now.iter().all(|x| *x == 0x33), "first byte {:#x}", now[0]);
+        eprintln!(
+            "LUN RESET through B with A paused: {took:?}; the held write: {outcome:?}, \
+             then {attentions:?} before {next:?}; B's newer write after {b_attentions:?}"
+        );
     });
 }
 
@@ -581,6 +589,23 @@ async fn write10(s: &Session, lba: u32, fill: u8) -> (u8, Option<(u8, u8, u8)>) 
         .await
         .expect("transport");
     (out.status, out.sense_triplet())
+}
+
+/// WRITE(10) of one block, sent again after each unit attention (the command did not run),
+/// at most four times: the last outcome, and the attentions (ASC, ASCQ) before it.
+async fn write10_past_attentions(
+    s: &Session,
+    lba: u32,
+    fill: u8,
+) -> ((u8, Option<(u8, u8, u8)>), Vec<(u8, u8)>) {
+    let mut attentions = Vec::new();
+    loop {
+        let out = write10(s, lba, fill).await;
+        match out {
+            (2, Some((6, asc, ascq))) if attentions.len() < 4 => attentions.push((asc, ascq)),
+            _ => return (out, attentions),
+        }
+    }
 }
 
 /// COMPARE AND WRITE(16) of one block: Ok on GOOD, Err with the sense on MISCOMPARE.
