@@ -291,6 +291,69 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
     writer.join().unwrap();
 }
 
+/// A write held in node 1 (no peer to replicate to, no witness to win the epoch from) when its
+/// connection drops still ends once the witness is back and node 1 goes on alone: commands on
+/// asynchronous storage outlive their connection's reader, the write lands, and the session
+/// ends only after it (dropping the command instead would leave its task for ever, and the
+/// session with it).
+#[test]
+fn a_write_held_when_its_connection_drops_still_ends_and_its_session_with_it() {
+    let mut etcd = Etcd::start();
+    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
+    let (portals, repl) = ([p1, p2], [r1, r2]);
+    let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
+    let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
+    wait_role(&node1, "Paired");
+    wait_role(&node2, "Paired");
+    etcd.kill();
+    drop(node2);
+    let mut a = Conn::login_to(node1.portals[0].1, &LoginOpts::normal());
+    a.clear_unit_attentions();
+    let commands = |s: &serde_json::Value| s["sessions"][0]["connections"][0]["commands"].as_u64();
+    let before = commands(&status(&node1)).expect("the session in the status");
+    let data = pattern(8, 8 * 512);
+    let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
+    a.send_scsi(
+        itt,
+        cmd_sn,
+        0,
+        &cdb_write10(300, 8, 0),
+        8 * 512,
+        Some(&data),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while commands(&status(&node1)).unwrap_or(0) <= before {
+        assert!(Instant::now() < deadline, "the write never reached node 1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.shutdown();
+    drop(a);
+    assert_eq!(
+        status(&node1)["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "the held write keeps its session"
+    );
+    etcd.restart();
+    wait_role(&node1, "Alone");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = status(&node1);
+        if s["sessions"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never ended: its held write never did: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let file = std::fs::read(node1.lun_path()).unwrap();
+    assert!(
+        file[300 * 512..308 * 512] == data[..],
+        "the held write landed"
+    );
+}
+
 /// COMPARE AND WRITE(16) of one 512-byte block at `lba`.
 fn caw16(c: &mut Conn, lba: u64, verify: &[u8], write: &[u8]) -> ScsiResult {
     let mut cdb = [0u8; 16];

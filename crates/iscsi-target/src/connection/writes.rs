@@ -180,6 +180,7 @@ impl Connection {
             w.segments,
             (received, tracker.r2t_count()),
             0,
+            &mut self.inflight,
         );
     }
 
