@@ -13,7 +13,6 @@ mod text;
 mod writes;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
 use iscsi_proto::negotiation::ConnectionParams;
 use iscsi_proto::pdu::*;
 use iscsi_proto::text_exchange::TextResponder;
@@ -23,7 +22,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
@@ -225,11 +223,9 @@ async fn full_feature(
             session.params.max_burst_length,
         )),
         pool,
-        inflight: Default::default(),
     };
     let end = conn.serve(rd, buf, released_rx).await;
     debug!(tsih = session.tsih, cid, "connection ending: {end}");
-    crate::exec::finish_apart(std::mem::take(&mut conn.inflight));
     conn.abandon_writes();
     drop(conn.out);
     let mut writer = writer;
@@ -291,8 +287,6 @@ pub(crate) struct Connection {
     /// Reused buffers: requests released in CmdSN order, R2Ts planned.
     ready: Vec<Pdu>,
     r2ts: Vec<R2tRequest>,
-    /// Commands under way on asynchronous storage, ended by this task as they complete.
-    inflight: crate::exec::Inflight,
 }
 
 impl std::fmt::Display for ReadEnd {
@@ -345,14 +339,6 @@ impl Connection {
                     Err(e) => return ReadEnd::Error(e),
                 },
                 _ = self.backlog.drained(), if backlogged => {}
-                Some(()) = self.inflight.next(), if !self.inflight.is_empty() => {
-                    // Commands that ended meanwhile queue their responses in the same turn.
-                    std::future::poll_fn(|cx| {
-                        while let Poll::Ready(Some(())) = self.inflight.poll_next_unpin(cx) {}
-                        Poll::Ready(())
-                    })
-                    .await;
-                }
                 Some(r) = released.recv() => {
                     if let Err(end) = self.handle_in_order(r.pdu, true) {
                         return end;
@@ -574,7 +560,6 @@ impl Connection {
             Vec::new(),
             (0, 0),
             self.read_piece,
-            &mut self.inflight,
         );
     }
 

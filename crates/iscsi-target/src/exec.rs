@@ -5,66 +5,8 @@ use crate::send_queue::OutSender;
 use crate::session::Session;
 use crate::writer::{DataInPart, Outbound, ScsiDone};
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::FuturesUnordered;
 use iscsi_proto::pdu::{task_attr, ScsiCommand};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-/// A connection's commands under way on asynchronous storage, polled by the connection's
-/// reader task: the storage's completion wakes that task, which queues the response. No task
-/// is spawned per command, so submitting one never wakes another worker thread (tokio hands a
-/// spawned task the current thread's next slot and moves what was there, here the storage's
-/// own task just woken by the submission, to a thread it wakes for it).
-pub type Inflight = FuturesUnordered<Ending>;
-
-/// A command submitted to asynchronous storage; ready once its response is queued.
-pub struct Ending {
-    submitted: scsi::aio::Submitted,
-    session: Arc<Session>,
-    out: OutSender,
-    luns: Arc<scsi::LunMap>,
-    cmd: ScsiCommand,
-    lun: u64,
-    received: u32,
-    r2t_count: u32,
-}
-
-impl Future for Ending {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Poll::Ready(ended) = self.submitted.as_mut().poll(cx) else {
-            return Poll::Pending;
-        };
-        let this = &*self;
-        let done = Finished {
-            lun: this.lun,
-            cdb: &this.cmd.cdb,
-            outcome: ended.outcome,
-            data_in: ended.data_in,
-            data_offset: u32::try_from(ended.handed).unwrap_or(u32::MAX),
-            received: this.received,
-            r2t_count: this.r2t_count,
-        };
-        respond(&this.session, &this.out, &this.luns, &this.cmd, done);
-        Poll::Ready(())
-    }
-}
-
-/// Drives the commands a connection leaves under way when its reader ends, on a task of their
-/// own: each still ends (and its task with it) when the storage completes it.
-pub fn finish_apart(inflight: Inflight) {
-    if inflight.is_empty() {
-        return;
-    }
-    tokio::spawn(async move {
-        use futures_util::StreamExt;
-        let mut inflight = inflight;
-        while inflight.next().await.is_some() {}
-    });
-}
 
 fn attribute(attr: u8) -> scsi::TaskAttribute {
     match attr {
@@ -108,8 +50,8 @@ impl scsi::aio::ReadSink for PartSink {
 /// Executes `cmd` with its data-out `segments` and queues the response, unless the task is
 /// aborted meanwhile (then no response is sent: task management answers for it).
 ///
-/// READs and WRITEs of a device with asynchronous I/O (an RBD image, a replicated LUN) are
-/// submitted here and join `inflight`, the connection's commands under way (`submit`). READs served from the page
+/// READs and WRITEs of a device with asynchronous I/O (an RBD image) are submitted here and
+/// ended by a task when the storage completes them (`submit`). READs served from the page
 /// cache and buffered WRITEs the device takes without sleeping (RWF_NOWAIT) run right here on
 /// the connection's task (`execute_nowait`); other buffered
 /// WRITEs run on the write lanes ([`crate::write_lanes`]); everything else runs on the
@@ -125,14 +67,13 @@ pub fn spawn(
     segments: Vec<Bytes>,
     (received, r2t_count): (u32, u32),
     read_piece: usize,
-    inflight: &mut Inflight,
 ) {
     if let (Some(luns), None) = (luns, &cmd.extended_cdb) {
         let lun = crate::tmf::lun_number(cmd.lun);
         let mut data_in = pool.get(data_in_size(&cmd));
         let req = request(&session, &cmd, lun, &cmd.cdb, &segments);
-        // Storage with asynchronous I/O (RBD, a replicated LUN): submitted here, ended by the
-        // connection's reader when the storage completes it; no thread waits for it.
+        // Storage with asynchronous I/O (RBD): submitted here, ended by a task when the
+        // storage completes it; no thread waits for it.
         // Only a READ longer than a piece can be streamed: no sink for the others.
         let long = cmd.expected_data_length as usize > read_piece;
         let stream = (cmd.read && read_piece > 0 && long).then(|| scsi::aio::Streamed {
@@ -147,15 +88,19 @@ pub fn spawn(
         });
         data_in = match luns.submit(&req, data_in, stream) {
             Ok(submitted) => {
-                inflight.push(Ending {
-                    submitted,
-                    session,
-                    out,
-                    luns: luns.clone(),
-                    cmd,
-                    lun,
-                    received,
-                    r2t_count,
+                let luns = luns.clone();
+                tokio::spawn(async move {
+                    let ended = submitted.await;
+                    let done = Finished {
+                        lun,
+                        cdb: &cmd.cdb,
+                        outcome: ended.outcome,
+                        data_in: ended.data_in,
+                        data_offset: u32::try_from(ended.handed).unwrap_or(u32::MAX),
+                        received,
+                        r2t_count,
+                    };
+                    respond(&session, &out, &luns, &cmd, done);
                 });
                 return;
             }

@@ -292,8 +292,8 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
 }
 
 /// A write held in node 1 (no peer to replicate to, no witness to win the epoch from) when its
-/// connection drops still ends once the witness is back and node 1 goes on alone: commands on
-/// asynchronous storage outlive their connection's reader, the write lands, and the session
+/// connection drops still ends once the witness is back and node 1 goes on alone: a command on
+/// asynchronous storage outlives its connection's reader, the write lands, and the session
 /// ends only after it (dropping the command instead would leave its task for ever, and the
 /// session with it).
 #[test]

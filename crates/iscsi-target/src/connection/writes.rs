@@ -180,7 +180,6 @@ impl Connection {
             w.segments,
             (received, tracker.r2t_count()),
             0,
-            &mut self.inflight,
         );
     }
 
