@@ -250,11 +250,9 @@ fn two_servers_replicate_one_lun_and_report_both_port_groups() {
     assert_eq!(rtpg(&mut a), [(1, 0), (2, 3)]);
 }
 
-/// A node that lost its peer and its witness holds writes it may not acknowledge; shutting it
-/// down must still end: the held writes fail (they were never acknowledged) and the server
-/// stops, instead of waiting for them forever.
-#[test]
-fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
+/// A pair paired, then etcd killed and node 2 stopped: node 1 with a logged-in connection
+/// (unit attentions cleared) and the count of commands that connection had sent so far.
+fn node_1_without_peer_and_witness() -> (Etcd, TestServer, Conn, u64) {
     let mut etcd = Etcd::start();
     let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
     let (portals, repl) = ([p1, p2], [r1, r2]);
@@ -266,18 +264,36 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
     drop(node2);
     let mut a = Conn::login_to(node1.portals[0].1, &LoginOpts::normal());
     a.clear_unit_attentions();
-    let commands = |s: &serde_json::Value| s["sessions"][0]["connections"][0]["commands"].as_u64();
     let before = commands(&status(&node1)).expect("the session in the status");
+    (etcd, node1, a, before)
+}
+
+/// Commands received on the first session's first connection, per the status.
+fn commands(s: &serde_json::Value) -> Option<u64> {
+    s["sessions"][0]["connections"][0]["commands"].as_u64()
+}
+
+/// Poll until `server` has received more than `before` commands (bounded).
+fn wait_command_past(server: &TestServer, before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while commands(&status(server)).unwrap_or(0) <= before {
+        assert!(Instant::now() < deadline, "the write never reached node 1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A node that lost its peer and its witness holds writes it may not acknowledge; shutting it
+/// down must still end: the held writes fail (they were never acknowledged) and the server
+/// stops, instead of waiting for them forever.
+#[test]
+fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
+    let (_etcd, node1, mut a, before) = node_1_without_peer_and_witness();
     // The write waits in node 1: no peer to replicate to, no witness to win the epoch from.
     let writer = std::thread::spawn(move || {
         // Any answer or a closed connection: the point is that the server stops.
         let _ = a.scsi(&cdb_write10(100, 8, 0), 8 * 512, Some(&pattern(7, 8 * 512)));
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while commands(&status(&node1)).unwrap_or(0) <= before {
-        assert!(Instant::now() < deadline, "the write never reached node 1");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_command_past(&node1, before);
     assert_ne!(
         status(&node1)["pairs"][0]["role"],
         "Alone",
@@ -298,19 +314,7 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
 /// session with it).
 #[test]
 fn a_write_held_when_its_connection_drops_still_ends_and_its_session_with_it() {
-    let mut etcd = Etcd::start();
-    let [p1, p2, r1, r2] = lanes_test_support::ports::free_ports();
-    let (portals, repl) = ([p1, p2], [r1, r2]);
-    let node1 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 1"));
-    let node2 = TestServer::start(&cluster_toml(etcd.client, portals, repl, "node = 2"));
-    wait_role(&node1, "Paired");
-    wait_role(&node2, "Paired");
-    etcd.kill();
-    drop(node2);
-    let mut a = Conn::login_to(node1.portals[0].1, &LoginOpts::normal());
-    a.clear_unit_attentions();
-    let commands = |s: &serde_json::Value| s["sessions"][0]["connections"][0]["commands"].as_u64();
-    let before = commands(&status(&node1)).expect("the session in the status");
+    let (mut etcd, node1, mut a, before) = node_1_without_peer_and_witness();
     let data = pattern(8, 8 * 512);
     let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
     a.send_scsi(
@@ -321,11 +325,7 @@ fn a_write_held_when_its_connection_drops_still_ends_and_its_session_with_it() {
         8 * 512,
         Some(&data),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while commands(&status(&node1)).unwrap_or(0) <= before {
-        assert!(Instant::now() < deadline, "the write never reached node 1");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_command_past(&node1, before);
     a.shutdown();
     drop(a);
     assert_eq!(
