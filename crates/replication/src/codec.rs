@@ -70,13 +70,37 @@ fn put_gens(out: &mut Vec<u8>, g: &Generations) {
     out.put_u64_le(g.history[1]);
 }
 
-fn put_data(out: &mut Vec<u8>, data: &Bytes) {
+/// Payloads at least this long are not copied by [`encode_split`]: the sender points at them
+/// (a vectored write). Shorter ones cost less to copy than another piece of the write.
+pub const SPLIT_MIN: usize = 16 << 10;
+
+/// Where large payloads go by reference (each with the offset in the output where it
+/// belongs), when they do.
+type Split<'a> = Option<&'a mut Vec<(usize, Bytes)>>;
+
+fn put_data(out: &mut Vec<u8>, split: &mut Split<'_>, data: &Bytes) {
     out.put_u32_le(data.len() as u32);
-    out.extend_from_slice(data);
+    match split {
+        Some(split) if data.len() >= SPLIT_MIN => split.push((out.len(), data.clone())),
+        _ => out.extend_from_slice(data),
+    }
 }
 
 /// Append the frame of `msg` to `out`.
 pub fn encode(msg: &Message, out: &mut Vec<u8>) {
+    encode_into(msg, out, None);
+}
+
+/// Append the frame of `msg` to `out`, except its payloads of at least [`SPLIT_MIN`] bytes:
+/// each is pushed to `split` with the offset in `out` where it belongs, and the bytes on the
+/// wire are `out` with every payload inserted at its offset (in order). The frame's length
+/// and checksum cover the payloads as if they had been copied: [`decode`] reads the same frame.
+pub fn encode_split(msg: &Message, out: &mut Vec<u8>, split: &mut Vec<(usize, Bytes)>) {
+    encode_into(msg, out, Some(split));
+}
+
+fn encode_into(msg: &Message, out: &mut Vec<u8>, mut split: Split<'_>) {
+    let first_split = split.as_ref().map_or(0, |s| s.len());
     let start = out.len();
     out.put_u32_le(0); // length, patched below
     out.put_u8(type_code(&msg.body));
@@ -104,12 +128,12 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Body::ResyncSums(r) => {
             out.put_u64_le(r.lba);
             out.put_u32_le(r.blocks);
-            put_data(out, &r.sums);
+            put_data(out, &mut split, &r.sums);
         }
         Body::ResyncDiffer(r) => {
             out.put_u64_le(r.lba);
             out.put_u32_le(r.blocks);
-            put_data(out, &r.differ);
+            put_data(out, &mut split, &r.differ);
         }
         Body::BitmapEnd(b) => out.put_u64_le(b.set_bits),
         Body::Write(w) => {
@@ -118,7 +142,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.put_u64_le(w.lba);
             out.put_u32_le(w.blocks);
             out.put_u8(u8::from(w.fua));
-            put_data(out, &w.data);
+            put_data(out, &mut split, &w.data);
         }
         Body::WriteAck(a) => {
             out.put_u64_le(a.wseq);
@@ -136,7 +160,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Body::ResyncData(r) => {
             out.put_u64_le(r.lba);
             out.put_u32_le(r.blocks);
-            put_data(out, &r.data);
+            put_data(out, &mut split, &r.data);
         }
         Body::ResyncAck(r) => {
             out.put_u64_le(r.lba);
@@ -151,7 +175,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 SharedKind::Notice => 2,
             });
             out.put_u64_le(s.base);
-            put_data(out, &s.payload);
+            put_data(out, &mut split, &s.payload);
         }
         Body::SharedAck(a) => {
             out.put_u64_le(a.id);
@@ -162,8 +186,8 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.put_u64_le(c.lba);
             out.put_u32_le(c.blocks);
             out.put_u8(u8::from(c.fua));
-            put_data(out, &c.verify);
-            put_data(out, &c.write);
+            put_data(out, &mut split, &c.verify);
+            put_data(out, &mut split, &c.write);
         }
         Body::CawResult(r) => {
             out.put_u64_le(r.id);
@@ -176,9 +200,18 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.put_u64_le(offset);
         }
     }
-    let len = (out.len() - start - 4 + 4) as u32;
+    let payloads = split.as_deref().map_or(&[][..], |s| &s[first_split..]);
+    let outside: usize = payloads.iter().map(|(_, d)| d.len()).sum();
+    let len = (out.len() - start - 4 + outside + 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    let crc = crc32c::crc32c(&out[start..]);
+    // The checksum runs over the frame in wire order: each payload where it belongs.
+    let (mut crc, mut at) = (0, start);
+    for (offset, data) in payloads {
+        crc = crc32c::crc32c_append(crc, &out[at..*offset]);
+        crc = crc32c::crc32c_append(crc, data);
+        at = *offset;
+    }
+    let crc = crc32c::crc32c_append(crc, &out[at..]);
     out.put_u32_le(crc);
 }
 

@@ -4,7 +4,7 @@ pub mod codec;
 pub mod meta;
 pub mod wire;
 
-pub use codec::{decode, encode, encode_to_vec, DecodeError};
+pub use codec::{decode, encode, encode_split, encode_to_vec, DecodeError};
 pub use meta::{Generations, Meta, MetaOp};
 pub use wire::*;
 pub mod action;

@@ -4,9 +4,9 @@
 //! socket does not take it all. No task or channel stands between the core and the peer's
 //! bytes: a replicated write crosses no wake-up on the way out or in beyond the socket's own.
 
-use std::io;
+use std::io::{self, IoSlice};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use replication::{Channel, Message};
 use tokio::net::TcpStream;
 
@@ -24,9 +24,19 @@ const OUT_KEEP: usize = 4 << 20;
 struct Wire {
     stream: TcpStream,
     input: BytesMut,
+    /// Frames queued, except their large payloads (`split`).
     out: Vec<u8>,
+    /// Large payloads queued by reference, each with the offset in `out` where it goes: sent
+    /// from the host's buffer by a vectored write, never copied into `out`.
+    split: Vec<(usize, Bytes)>,
+    /// Bytes in `split`.
+    split_bytes: usize,
+    /// Bytes of the queue (`out` with the payloads in place) already written.
     written: usize,
 }
+
+/// Pieces per vectored write at most.
+const IOVS: usize = 64;
 
 impl Wire {
     fn new(stream: TcpStream) -> Wire {
@@ -34,18 +44,40 @@ impl Wire {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK),
             out: Vec::with_capacity(64 << 10),
+            split: Vec::new(),
+            split_bytes: 0,
             written: 0,
         }
     }
 
+    fn queue(&mut self, message: &Message) {
+        let before = self.split.len();
+        replication::encode_split(message, &mut self.out, &mut self.split);
+        self.split_bytes += self.split[before..]
+            .iter()
+            .map(|(_, d)| d.len())
+            .sum::<usize>();
+    }
+
+    fn queued(&self) -> usize {
+        self.out.len() + self.split_bytes
+    }
+
     fn backlog(&self) -> bool {
-        self.written < self.out.len()
+        self.written < self.queued()
     }
 
     /// Write what is queued as far as the socket takes it now.
     fn flush(&mut self) -> Result<(), String> {
-        while self.written < self.out.len() {
-            match self.stream.try_write(&self.out[self.written..]) {
+        while self.written < self.queued() {
+            let sent = if self.split.is_empty() {
+                self.stream.try_write(&self.out[self.written..])
+            } else {
+                let mut iov = [IoSlice::new(&[]); IOVS];
+                let n = self.unwritten(&mut iov);
+                self.stream.try_write_vectored(&iov[..n])
+            };
+            match sent {
                 Ok(0) => return Err("write: connection closed".into()),
                 Ok(n) => self.written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -54,11 +86,43 @@ impl Wire {
             }
         }
         self.out.clear();
+        self.split.clear();
+        self.split_bytes = 0;
         self.written = 0;
         if self.out.capacity() > OUT_KEEP {
             self.out.shrink_to(64 << 10);
         }
         Ok(())
+    }
+
+    /// The queue's unwritten bytes in wire order (each payload at its offset), as many
+    /// pieces as fit in `iov`; returns how many.
+    fn unwritten<'a>(&'a self, iov: &mut [IoSlice<'a>]) -> usize {
+        let tail = self.split.last().map_or(0, |(offset, _)| *offset);
+        let mut at = 0;
+        let pieces = self
+            .split
+            .iter()
+            .flat_map(move |(offset, data)| {
+                let before = &self.out[at..*offset];
+                at = *offset;
+                [before, &data[..]]
+            })
+            .chain(std::iter::once(&self.out[tail..]));
+        let (mut skip, mut n) = (self.written, 0);
+        for piece in pieces {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            iov[n] = IoSlice::new(&piece[skip..]);
+            skip = 0;
+            n += 1;
+            if n == iov.len() {
+                break;
+            }
+        }
+        n
     }
 
     /// Read what the socket has (a few reads at most) and decode every complete frame into
@@ -138,9 +202,9 @@ impl Session {
         }
     }
 
-    /// Where to encode a message for `channel`; written by the next [`Session::flush`].
-    pub fn out(&mut self, channel: Channel) -> &mut Vec<u8> {
-        &mut self.wires[index(channel)].out
+    /// Queue `message` on `channel`; written by the next [`Session::flush`].
+    pub fn queue(&mut self, channel: Channel, message: &Message) {
+        self.wires[index(channel)].queue(message);
     }
 
     /// Write what is queued on both connections as far as the sockets take it now.
@@ -196,7 +260,6 @@ pub async fn writable(session: &Option<Session>, i: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use replication::{Body, Header, Write};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
@@ -282,10 +345,13 @@ mod tests {
     #[tokio::test]
     async fn what_the_socket_does_not_take_waits_and_goes_out_in_order() {
         let (mut s, mut data, _control) = session().await;
-        // Far more than the socket buffers hold while the peer reads nothing.
-        let sent: Vec<Message> = (1..=40).map(|i| write(i, 1 << 20)).collect();
+        // Far more than the socket buffers hold while the peer reads nothing; payloads sent
+        // by reference (1 MiB, 16 KiB) between copied ones (4 KiB), more pieces than one
+        // vectored write takes.
+        let sizes = [1 << 20, 4096, 16 << 10, 4096];
+        let sent: Vec<Message> = (1..=160).map(|i| write(i, sizes[i as usize % 4])).collect();
         for m in &sent {
-            replication::encode(m, s.out(Channel::Data));
+            s.queue(Channel::Data, m);
         }
         s.flush().unwrap();
         assert!(s.backlog(0), "40 MiB went out at once");

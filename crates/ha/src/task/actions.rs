@@ -119,10 +119,11 @@ impl Driver {
 
     pub(super) fn action(&mut self, a: Action) {
         match a {
-            // Encoded straight into the session's output; written once the pass is over.
+            // Encoded into the session's output (large payloads by reference); written once
+            // the pass is over.
             Action::Send { channel, message } => {
                 if let Some(s) = &mut self.session {
-                    replication::encode(&message, s.out(channel));
+                    s.queue(channel, &message);
                 }
             }
             Action::DropPeerConnection => self.session = None,
