@@ -21,6 +21,9 @@ pub struct ConnectionPolicy {
     pub session: Option<Arc<Session>>,
     /// A session ended by reinstatement, whose tasks must drain before the login completes.
     pub reinstated: Option<Arc<Session>>,
+    /// Sessions of the same initiator, ISID and target that an earlier reinstatement ended,
+    /// whose tasks were still running at this login: they too drain before it completes.
+    pub still_ending: Vec<Arc<Session>>,
     /// The target configuration the login was authorized (and its CHAP checked) against.
     pub authorized_with: Option<Arc<crate::config::TargetConfig>>,
 }
@@ -107,9 +110,11 @@ impl LoginPolicy for ConnectionPolicy {
         }
         let target_name = target.as_ref().map(|t| t.name.as_str());
         // RFC 7143 6.3.5: a leading login with an ISID in use reinstates that session.
+        self.still_ending = table.still_ending(initiator, login.isid, target_name);
         if let Some(old) = table.find(initiator, login.isid, target_name) {
             table.by_tsih.remove(&old.tsih);
             old.close_all();
+            table.ending.push(old.clone());
             self.reinstated = Some(old);
         }
         if let Some(t) = &target {

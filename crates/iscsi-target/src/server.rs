@@ -23,6 +23,11 @@ pub struct Portal {
 #[derive(Default)]
 pub struct SessionTable {
     pub by_tsih: HashMap<u16, Arc<Session>>,
+    /// Sessions ended by reinstatement whose tasks may still be running. A later leading
+    /// login with the same initiator, ISID and target waits for them as well, so the fence
+    /// holds when the login that reinstated them was given up by its initiator before they
+    /// ended (RFC 7143 6.3.5: no new session's command before the old session's tasks end).
+    pub ending: Vec<Arc<Session>>,
     next_tsih: u16,
 }
 
@@ -38,6 +43,22 @@ impl SessionTable {
         None
     }
 
+    /// The sessions of `initiator` + `isid` to `target` that reinstatement ended and whose
+    /// tasks still run; those whose tasks have all ended are forgotten.
+    pub fn still_ending(
+        &mut self,
+        initiator: &str,
+        isid: [u8; 6],
+        target: Option<&str>,
+    ) -> Vec<Arc<Session>> {
+        self.ending.retain(|s| s.tasks_in_flight() > 0);
+        self.ending
+            .iter()
+            .filter(|s| same_nexus(s, initiator, isid, target))
+            .cloned()
+            .collect()
+    }
+
     /// The session of `initiator` + `isid` to `target` (None = discovery), if any.
     pub fn find(
         &self,
@@ -47,13 +68,15 @@ impl SessionTable {
     ) -> Option<Arc<Session>> {
         self.by_tsih
             .values()
-            .find(|s| {
-                &*s.initiator_name == initiator
-                    && s.isid == isid
-                    && s.target.as_ref().map(|t| t.name.as_str()) == target
-            })
+            .find(|s| same_nexus(s, initiator, isid, target))
             .cloned()
     }
+}
+
+fn same_nexus(s: &Session, initiator: &str, isid: [u8; 6], target: Option<&str>) -> bool {
+    &*s.initiator_name == initiator
+        && s.isid == isid
+        && s.target.as_ref().map(|t| t.name.as_str()) == target
 }
 
 /// Shared state of `lanes serve`.

@@ -354,6 +354,81 @@ fn a_write_held_when_its_connection_drops_still_ends_and_its_session_with_it() {
     );
 }
 
+/// The TSIHs of the sessions in `server`'s table.
+fn tsihs(server: &TestServer) -> Vec<u64> {
+    let s = status(server);
+    let all = s["sessions"].as_array().cloned().unwrap_or_default();
+    all.iter().filter_map(|x| x["tsih"].as_u64()).collect()
+}
+
+/// A login that reinstates a session holding a write waits for the write (RFC 7143 6.3.5).
+/// When its initiator gives that login up and logs in again with the same ISID, the new login
+/// must wait for the held write too: the session that the abandoned login created (and that
+/// the new login reinstates) has no tasks, but the one it ended still has. Answering at once
+/// would let the host replay the write and write newer data while the held one can still land
+/// after it.
+#[test]
+fn a_login_after_an_abandoned_reinstatement_still_waits_for_the_old_tasks() {
+    let (mut etcd, node1, mut a, before) = node_1_without_peer_and_witness();
+    let first = tsihs(&node1);
+    assert_eq!(first.len(), 1);
+    let data = pattern(9, 8 * 512);
+    let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
+    a.send_scsi(
+        itt,
+        cmd_sn,
+        0,
+        &cdb_write10(500, 8, 0),
+        8 * 512,
+        Some(&data),
+    );
+    wait_command_past(&node1, before);
+    // The second login reinstates the first session and waits for the held write.
+    let portal = node1.portals[0].1;
+    let mut second = Conn::connect(portal);
+    let second_stream = second.stream.try_clone().unwrap();
+    let abandoned = std::thread::spawn(move || second.login(&LoginOpts::normal()).is_ok());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = tsihs(&node1);
+        if now.len() == 1 && now != first {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no reinstatement: {now:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its initiator gives it up, as an initiator's login timeout does, and logs in again.
+    let _ = second_stream.shutdown(std::net::Shutdown::Both);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let third = std::thread::spawn(move || {
+        let mut c = Conn::connect(portal);
+        let ok = c.login(&LoginOpts::normal()).is_ok();
+        done_tx.send(ok).unwrap();
+        c
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(2)).is_err(),
+        "a login completed while a write of the session it replaces was still held"
+    );
+    etcd.restart();
+    wait_role(&node1, "Alone");
+    let ok = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the third login completes once the held write has ended");
+    assert!(ok, "the third login succeeded");
+    let file = std::fs::read(node1.lun_path()).unwrap();
+    assert!(
+        file[500 * 512..508 * 512] == data[..],
+        "the held write landed before the new session began"
+    );
+    assert!(
+        !abandoned.join().unwrap(),
+        "the abandoned login got no answer"
+    );
+    drop(third.join().unwrap());
+    drop(a);
+}
+
 /// COMPARE AND WRITE(16) of one 512-byte block at `lba`.
 fn caw16(c: &mut Conn, lba: u64, verify: &[u8], write: &[u8]) -> ScsiResult {
     let mut cdb = [0u8; 16];

@@ -49,6 +49,7 @@ pub(super) async fn log_in(
         cmd_sn: 0,
         session: None,
         reinstated: None,
+        still_ending: Vec::new(),
         authorized_with: None,
     };
     let limits = &server.limits;
@@ -98,7 +99,11 @@ pub(super) async fn log_in(
             }
         };
         if let Some(outcome) = done {
-            // The old session's tasks end before the new one starts (RFC 7143 6.3.5).
+            // The old session's tasks end before the new one starts (RFC 7143 6.3.5), and so
+            // do those of any earlier one whose reinstating login its initiator gave up.
+            for earlier in std::mem::take(&mut policy.still_ending) {
+                earlier.drain().await;
+            }
             if let Some(old) = policy.reinstated.take() {
                 old.drain().await;
                 // `admit` has taken it out of the session table already, so `remove_session`
