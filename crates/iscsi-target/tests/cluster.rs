@@ -282,6 +282,23 @@ fn wait_command_past(server: &TestServer, before: u64) {
     }
 }
 
+/// Sends a WRITE(10) of 8 blocks of `pattern(seed)` at `lba` without waiting for its answer
+/// (node 1 holds it), and waits until node 1 has received it; returns the data.
+fn send_held_write(node1: &TestServer, a: &mut Conn, before: u64, lba: u32, seed: u64) -> Vec<u8> {
+    let data = pattern(seed, 8 * 512);
+    let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
+    a.send_scsi(
+        itt,
+        cmd_sn,
+        0,
+        &cdb_write10(lba, 8, 0),
+        8 * 512,
+        Some(&data),
+    );
+    wait_command_past(node1, before);
+    data
+}
+
 /// A node that lost its peer and its witness holds writes it may not acknowledge; shutting it
 /// down must still end: the held writes fail (they were never acknowledged) and the server
 /// stops, instead of waiting for them forever.
@@ -315,17 +332,7 @@ fn a_node_holding_writes_without_peer_and_etcd_still_shuts_down() {
 #[test]
 fn a_write_held_when_its_connection_drops_still_ends_and_its_session_with_it() {
     let (mut etcd, node1, mut a, before) = node_1_without_peer_and_witness();
-    let data = pattern(8, 8 * 512);
-    let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
-    a.send_scsi(
-        itt,
-        cmd_sn,
-        0,
-        &cdb_write10(300, 8, 0),
-        8 * 512,
-        Some(&data),
-    );
-    wait_command_past(&node1, before);
+    let data = send_held_write(&node1, &mut a, before, 300, 8);
     a.shutdown();
     drop(a);
     assert_eq!(
@@ -372,17 +379,7 @@ fn a_login_after_an_abandoned_reinstatement_still_waits_for_the_old_tasks() {
     let (mut etcd, node1, mut a, before) = node_1_without_peer_and_witness();
     let first = tsihs(&node1);
     assert_eq!(first.len(), 1);
-    let data = pattern(9, 8 * 512);
-    let (itt, cmd_sn) = (a.itt(), a.cmd_sn);
-    a.send_scsi(
-        itt,
-        cmd_sn,
-        0,
-        &cdb_write10(500, 8, 0),
-        8 * 512,
-        Some(&data),
-    );
-    wait_command_past(&node1, before);
+    let data = send_held_write(&node1, &mut a, before, 500, 9);
     // The second login reinstates the first session and waits for the held write.
     let portal = node1.portals[0].1;
     let mut second = Conn::connect(portal);
